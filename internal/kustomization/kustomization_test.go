@@ -1,0 +1,143 @@
+package kustomization
+
+import (
+	"slices"
+	"testing"
+)
+
+const fixture = "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nresources:\n  - dummy-configmap.yaml"
+
+func TestAddFollowsReference(t *testing.T) {
+	// The reference appends "\n  - <id>.yaml" to a file without a final newline.
+	got, changed, err := Add([]byte(fixture), "tenant-1.yaml")
+	if err != nil || !changed {
+		t.Fatalf("Add: changed=%v err=%v", changed, err)
+	}
+	if want := fixture + "\n  - tenant-1.yaml"; string(got) != want {
+		t.Fatalf("Add =\n%q\nwant\n%q", got, want)
+	}
+	again, changed, err := Add(got, "tenant-1.yaml")
+	if err != nil || changed || string(again) != string(got) {
+		t.Fatalf("second Add changed the file: %v %q", err, again)
+	}
+}
+
+func TestAddRemove(t *testing.T) {
+	tests := []struct {
+		name, in, entry, added string
+	}{
+		{"final newline", "resources:\n  - a.yaml\n", "b.yaml", "resources:\n  - a.yaml\n  - b.yaml\n"},
+		{"comments kept", "# top\nresources:  # list\n  - a.yaml # first\nnamePrefix: x\n", "b.yaml",
+			"# top\nresources:  # list\n  - a.yaml # first\n  - b.yaml\nnamePrefix: x\n"},
+		{"no indent", "resources:\n- a.yaml\n", "b.yaml", "resources:\n- a.yaml\n- b.yaml\n"},
+		{"empty list", "kind: Kustomization\nresources:\n", "b.yaml", "kind: Kustomization\nresources:\n  - b.yaml\n"},
+		{"flow empty", "kind: Kustomization\nresources: []\n", "b.yaml", "kind: Kustomization\nresources:\n  - b.yaml\n"},
+		{"no key", "kind: Kustomization", "b.yaml", "kind: Kustomization\nresources:\n  - b.yaml\n"},
+		{"crlf", "resources:\r\n  - a.yaml\r\n", "b.yaml", "resources:\r\n  - a.yaml\r\n  - b.yaml\r\n"},
+		{"trailing spaces on key", "resources:  \n  - pool-1.yaml", "pool-2.yaml", "resources:  \n  - pool-1.yaml\n  - pool-2.yaml"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, changed, err := Add([]byte(tt.in), tt.entry)
+			if err != nil || !changed {
+				t.Fatalf("Add: changed=%v err=%v", changed, err)
+			}
+			if string(got) != tt.added {
+				t.Fatalf("Add =\n%q\nwant\n%q", got, tt.added)
+			}
+			back, changed, err := Remove(got, tt.entry)
+			if err != nil || !changed {
+				t.Fatalf("Remove: changed=%v err=%v", changed, err)
+			}
+			before, _ := Resources([]byte(tt.in))
+			after, _ := Resources(back)
+			if !slices.Equal(before, after) {
+				t.Fatalf("Remove after Add lists %v, want %v", after, before)
+			}
+		})
+	}
+}
+
+func TestRemoveKeepsStyle(t *testing.T) {
+	in := fixture + "\n  - tenant-1.yaml"
+	got, changed, err := Remove([]byte(in), "tenant-1.yaml")
+	if err != nil || !changed || string(got) != fixture {
+		t.Fatalf("Remove = %q, %v, %v; want %q", got, changed, err, fixture)
+	}
+	// The reference's defect leaves duplicates behind; removing clears them all.
+	dup := fixture + "\n  - t.yaml\n  - t.yaml"
+	got, _, err = Remove([]byte(dup), "t.yaml")
+	if err != nil || string(got) != fixture {
+		t.Fatalf("Remove duplicates = %q, %v", got, err)
+	}
+	same, changed, err := Remove([]byte(fixture), "absent.yaml")
+	if err != nil || changed || string(same) != fixture {
+		t.Fatalf("Remove absent changed the file")
+	}
+}
+
+func TestResources(t *testing.T) {
+	got, err := Resources([]byte("resources:\n  - a.yaml\n  - 'b.yaml'\n  - \"c.yaml\" # note\n\n  - d.yaml\nother:\n  - e.yaml\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := []string{"a.yaml", "b.yaml", "c.yaml", "d.yaml"}; !slices.Equal(got, want) {
+		t.Fatalf("Resources = %v, want %v", got, want)
+	}
+	if _, _, err := Add([]byte("resources: [a.yaml]\n"), "b.yaml"); err == nil {
+		t.Fatal("flow list: want an error, not a guess")
+	}
+}
+
+func FuzzEdit(f *testing.F) {
+	f.Add([]byte(fixture), "t.yaml")
+	f.Add([]byte("resources:\n- a\n- b\n"), "b")
+	f.Add([]byte("kind: K\n"), "x.yaml")
+	f.Fuzz(func(t *testing.T, content []byte, entry string) {
+		if entry == "" || !validEntry(entry) {
+			return
+		}
+		before, err := Resources(content)
+		if err != nil {
+			return
+		}
+		added, _, err := Add(content, entry)
+		if err != nil {
+			return // Add verifies its own output; refusing is allowed
+		}
+		got, err := Resources(added)
+		if err != nil || !slices.Contains(got, entry) {
+			t.Fatalf("after Add(%q): %v %v", entry, got, err)
+		}
+		if n := count(got, entry); n != max(1, count(before, entry)) {
+			t.Fatalf("Add made %d copies of %q", n, entry)
+		}
+		removed, _, err := Remove(added, entry)
+		if err != nil {
+			return
+		}
+		got, _ = Resources(removed)
+		if slices.Contains(got, entry) {
+			t.Fatalf("Remove left %q in %v", entry, got)
+		}
+	})
+}
+
+func validEntry(s string) bool {
+	for _, r := range s {
+		if !(r >= 'a' && r <= 'z' || r >= '0' && r <= '9' || r == '-' || r == '.') {
+			return false
+		}
+	}
+	return true
+}
+
+func count(list []string, s string) int {
+	n := 0
+	for _, v := range list {
+		if v == s {
+			n++
+		}
+	}
+	return n
+}

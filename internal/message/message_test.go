@@ -1,0 +1,129 @@
+package message
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/tenant-worker/tenant-worker/internal/reject"
+)
+
+func TestDecodeValid(t *testing.T) {
+	tests := []struct {
+		kind Kind
+		body string
+		want Request
+	}{
+		{Onboarding, `{"tenant_id":"tenant-1","tenant_tier":"premium","release_version":"0.0"}`,
+			Request{Kind: Onboarding, TenantID: "tenant-1", Tier: "premium", ReleaseVersion: "0.0"}},
+		{Onboarding, `{"tenant_id":"t2","tenant_tier":"hybrid","release_version":"12.3"}`,
+			Request{Kind: Onboarding, TenantID: "t2", Tier: "advanced", ReleaseVersion: "12.3"}},
+		{Offboarding, `{"tenant_id":"tenant-1","tenant_tier":"silo"}`,
+			Request{Kind: Offboarding, TenantID: "tenant-1", Tier: "premium"}},
+		{Offboarding, `{"tenant_id":"tenant-1","tenant_tier":"premium","release_version":"whatever"}`,
+			Request{Kind: Offboarding, TenantID: "tenant-1", Tier: "premium"}},
+		{Deployment, `{"tenant_tier":"pool","release_version":"1.0"}`,
+			Request{Kind: Deployment, Tier: "basic", ReleaseVersion: "1.0"}},
+		{Deployment, ` {"tenant_tier":"basic","release_version":"1.0","tenant_id":"a"} `,
+			Request{Kind: Deployment, TenantID: "a", Tier: "basic", ReleaseVersion: "1.0"}},
+		{Onboarding, `{"tenant_id":"` + strings.Repeat("a", 44) + `","tenant_tier":"basic","release_version":"0.0"}`,
+			Request{Kind: Onboarding, TenantID: strings.Repeat("a", 44), Tier: "basic", ReleaseVersion: "0.0"}},
+	}
+	for _, tt := range tests {
+		got, err := Decode(tt.kind, []byte(tt.body))
+		if err != nil {
+			t.Errorf("Decode(%s, %s): %v", tt.kind, tt.body, err)
+			continue
+		}
+		if got != tt.want {
+			t.Errorf("Decode(%s, %s) = %+v, want %+v", tt.kind, tt.body, got, tt.want)
+		}
+	}
+}
+
+func TestDecodeRejects(t *testing.T) {
+	on := func(id, tier, ver string) string {
+		return `{"tenant_id":"` + id + `","tenant_tier":"` + tier + `","release_version":"` + ver + `"}`
+	}
+	tests := []struct {
+		name   string
+		kind   Kind
+		body   string
+		reason reject.Reason
+	}{
+		{"not json", Onboarding, `tenant-1`, reject.InvalidJSON},
+		{"empty", Onboarding, ``, reject.InvalidJSON},
+		{"array", Onboarding, `["tenant-1"]`, reject.InvalidJSON},
+		{"truncated", Onboarding, `{"tenant_id":"a"`, reject.InvalidJSON},
+		{"trailing", Onboarding, on("a", "basic", "1.0") + `{}`, reject.InvalidJSON},
+		{"duplicate key", Onboarding, `{"tenant_id":"a","tenant_id":"b","tenant_tier":"basic","release_version":"1.0"}`, reject.InvalidJSON},
+		{"missing id", Onboarding, `{"tenant_tier":"basic","release_version":"1.0"}`, reject.MissingField},
+		{"missing tier", Offboarding, `{"tenant_id":"a"}`, reject.MissingField},
+		{"missing version", Deployment, `{"tenant_tier":"basic"}`, reject.MissingField},
+		{"number", Onboarding, `{"tenant_id":1,"tenant_tier":"basic","release_version":"1.0"}`, reject.InvalidField},
+		{"null", Onboarding, `{"tenant_id":null,"tenant_tier":"basic","release_version":"1.0"}`, reject.InvalidField},
+		{"version number", Onboarding, `{"tenant_id":"a","tenant_tier":"basic","release_version":1.0}`, reject.InvalidField},
+		{"object", Onboarding, `{"tenant_id":{},"tenant_tier":"basic","release_version":"1.0"}`, reject.InvalidField},
+		{"unknown key", Onboarding, `{"tenant_id":"a","tenant_tier":"basic","release_version":"1.0","x":"y"}`, reject.InvalidField},
+		{"traversal", Onboarding, on("../x", "basic", "1.0"), reject.InvalidTenantID},
+		{"upper case", Onboarding, on("Tenant_1", "basic", "1.0"), reject.InvalidTenantID},
+		{"absolute", Onboarding, on("/etc/passwd", "basic", "1.0"), reject.InvalidTenantID},
+		{"newline", Onboarding, on(`a\nb`, "basic", "1.0"), reject.InvalidTenantID},
+		{"yaml injection", Onboarding, on(`a\n  evil: true`, "basic", "1.0"), reject.InvalidTenantID},
+		{"look-alike", Onboarding, on("tenаnt", "basic", "1.0"), reject.InvalidTenantID},
+		{"leading dash", Onboarding, on("-a", "basic", "1.0"), reject.InvalidTenantID},
+		{"60 chars", Onboarding, on(strings.Repeat("a", 60), "basic", "1.0"), reject.InvalidTenantID},
+		{"45 chars", Onboarding, on(strings.Repeat("a", 45), "basic", "1.0"), reject.InvalidTenantID},
+		{"empty id", Onboarding, on("", "basic", "1.0"), reject.InvalidTenantID},
+		{"reserved", Onboarding, on("kustomization", "basic", "1.0"), reject.ReservedTenant},
+		{"reserved dummy", Offboarding, `{"tenant_id":"dummy-configmap","tenant_tier":"basic"}`, reject.ReservedTenant},
+		{"empty tier", Onboarding, on("a", "", "1.0"), reject.UnknownTier},
+		{"tier path", Onboarding, on("a", "../premium", "1.0"), reject.UnknownTier},
+		{"tier case", Onboarding, on("a", "Premium", "1.0"), reject.UnknownTier},
+		{"version 1", Onboarding, on("a", "basic", "1"), reject.InvalidVersion},
+		{"version v1.0", Onboarding, on("a", "basic", "v1.0"), reject.InvalidVersion},
+		{"version 1.0.0", Deployment, `{"tenant_tier":"basic","release_version":"1.0.0"}`, reject.InvalidVersion},
+		{"version sed", Deployment, `{"tenant_tier":"basic","release_version":"1.0|g"}`, reject.InvalidVersion},
+		{"version leading zero", Onboarding, on("a", "basic", "01.0"), reject.InvalidVersion},
+		{"huge", Onboarding, `{"tenant_id":"` + strings.Repeat("a", 256*1024) + `"}`, reject.TooLarge},
+		{"bad utf8", Onboarding, "{\"tenant_id\":\"\xff\"}", reject.InvalidJSON},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := Decode(tt.kind, []byte(tt.body))
+			r, ok := reject.As(err)
+			if !ok {
+				t.Fatalf("Decode(%q) = %v, want a rejection", tt.body, err)
+			}
+			if r.Reason != tt.reason {
+				t.Fatalf("Decode(%q) reason %s (%v), want %s", tt.body, r.Reason, err, tt.reason)
+			}
+			if len(err.Error()) > 400 {
+				t.Fatalf("error too long (%d bytes): echoes the input", len(err.Error()))
+			}
+		})
+	}
+}
+
+func FuzzDecode(f *testing.F) {
+	f.Add([]byte(`{"tenant_id":"tenant-1","tenant_tier":"premium","release_version":"0.0"}`))
+	f.Add([]byte(`{"tenant_tier":"basic","release_version":"1.0"}`))
+	f.Add([]byte(`{"tenant_id":"../x","tenant_tier":"basic","release_version":"1"}`))
+	f.Add([]byte(`{"a":1}`))
+	f.Fuzz(func(t *testing.T, body []byte) {
+		for _, kind := range Kinds {
+			req, err := Decode(kind, body)
+			if err != nil {
+				if _, ok := reject.As(err); !ok {
+					t.Fatalf("non-rejection error %v", err)
+				}
+				continue
+			}
+			if req.TenantID != "" && ValidateTenantID(req.TenantID) != nil {
+				t.Fatalf("accepted invalid tenant id %q", req.TenantID)
+			}
+			if strings.ContainsAny(req.Tier+req.TenantID+req.ReleaseVersion, "/\\\n\r :{}") {
+				t.Fatalf("accepted unsafe value %+v", req)
+			}
+		}
+	})
+}
