@@ -172,3 +172,17 @@ func (l Layout) tenantIn(r Reader, tier, id string) (tenantState, error) {
 	s.listed, err = kustomization.Contains(k, id+".yaml")
 	return s, err
 }
+
+// WalkFiles calls fn for every regular file below dir, in lexical order.
+func (f FS) WalkFiles(dir string, fn func(name string, content []byte) error) error {
+	return fs.WalkDir(f.FS, dir, func(p string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			return err
+		}
+		b, err := fs.ReadFile(f.FS, p)
+		if err != nil {
+			return err
+		}
+		return fn(p, b)
+	})
+}

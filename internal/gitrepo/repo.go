@@ -1,0 +1,208 @@
+// Package gitrepo keeps a clone of one branch of the GitOps repository and
+// writes commits to it at the object level: no worktree is ever checked out,
+// so the cost of a change does not grow with the number of files.
+package gitrepo
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/go-git/go-billy/v5/osfs"
+	"github.com/go-git/go-git/v5"
+	"github.com/go-git/go-git/v5/config"
+	"github.com/go-git/go-git/v5/plumbing"
+	"github.com/go-git/go-git/v5/plumbing/cache"
+	"github.com/go-git/go-git/v5/plumbing/object"
+	githttp "github.com/go-git/go-git/v5/plumbing/transport/http"
+	"github.com/go-git/go-git/v5/storage"
+	"github.com/go-git/go-git/v5/storage/filesystem"
+	"github.com/go-git/go-git/v5/storage/memory"
+)
+
+const remoteName = "origin"
+
+// Options configure a Repo.
+type Options struct {
+	URL         string
+	Branch      string
+	Username    string
+	Token       string // never written anywhere: it is only sent as HTTP basic auth
+	Dir         string // where the clone's objects live; empty keeps them in memory
+	AuthorName  string
+	AuthorEmail string
+	// Timeout bounds each network call (fetch, push).
+	Timeout time.Duration
+}
+
+// Repo is a bare clone of one branch.
+type Repo struct {
+	opts Options
+	repo *git.Repository
+	auth *githttp.BasicAuth
+	head plumbing.Hash // the remote branch as of the last fetch or push
+}
+
+// Open opens (or creates) the clone and fetches the branch.
+func Open(ctx context.Context, opts Options) (*Repo, error) {
+	if opts.Timeout <= 0 {
+		opts.Timeout = 30 * time.Second
+	}
+	var st storage.Storer
+	if opts.Dir == "" {
+		st = memory.NewStorage()
+	} else {
+		if err := os.MkdirAll(opts.Dir, 0o700); err != nil {
+			return nil, fmt.Errorf("create clone dir: %w", err)
+		}
+		st = filesystem.NewStorage(osfs.New(opts.Dir), cache.NewObjectLRUDefault())
+	}
+	repo, err := git.Open(st, nil)
+	if errors.Is(err, git.ErrRepositoryNotExists) {
+		repo, err = git.Init(st, nil)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("open clone: %w", err)
+	}
+	r := &Repo{opts: opts, repo: repo}
+	if opts.Token != "" {
+		user := opts.Username
+		if user == "" {
+			user = "git"
+		}
+		r.auth = &githttp.BasicAuth{Username: user, Password: opts.Token}
+	}
+	if err := r.configureRemote(); err != nil {
+		return nil, err
+	}
+	if _, err := r.Fetch(ctx); err != nil {
+		return nil, err
+	}
+	return r, nil
+}
+
+func (r *Repo) trackingRef() plumbing.ReferenceName {
+	return plumbing.NewRemoteReferenceName(remoteName, r.opts.Branch)
+}
+
+func (r *Repo) configureRemote() error {
+	want := &config.RemoteConfig{
+		Name:  remoteName,
+		URLs:  []string{r.opts.URL},
+		Fetch: []config.RefSpec{config.RefSpec(fmt.Sprintf("+refs/heads/%s:%s", r.opts.Branch, r.trackingRef()))},
+	}
+	cfg, err := r.repo.Config()
+	if err != nil {
+		return fmt.Errorf("read clone config: %w", err)
+	}
+	cfg.Remotes[remoteName] = want
+	if err := r.repo.SetConfig(cfg); err != nil {
+		return fmt.Errorf("write clone config: %w", err)
+	}
+	return nil
+}
+
+// Head is the remote branch's commit as of the last fetch or push; zero when
+// the branch does not exist yet.
+func (r *Repo) Head() plumbing.Hash { return r.head }
+
+// Branch is the branch this clone follows.
+func (r *Repo) Branch() string { return r.opts.Branch }
+
+// Fetch brings the remote branch up to date incrementally and returns its head.
+func (r *Repo) Fetch(ctx context.Context) (plumbing.Hash, error) {
+	ctx, cancel := context.WithTimeout(ctx, r.opts.Timeout)
+	defer cancel()
+	err := r.repo.FetchContext(ctx, &git.FetchOptions{
+		RemoteName: remoteName,
+		Auth:       r.auth,
+		Force:      true,
+		Tags:       git.NoTags,
+	})
+	if err != nil && !errors.Is(err, git.NoErrAlreadyUpToDate) {
+		if strings.Contains(err.Error(), "couldn't find remote ref") {
+			return plumbing.ZeroHash, fmt.Errorf("fetch %s: branch %q does not exist", r.opts.URL, r.opts.Branch)
+		}
+		return plumbing.ZeroHash, classify("fetch "+r.opts.URL, err)
+	}
+	ref, err := r.repo.Reference(r.trackingRef(), true)
+	if err != nil {
+		return plumbing.ZeroHash, fmt.Errorf("read %s: %w", r.trackingRef(), err)
+	}
+	r.head = ref.Hash()
+	return r.head, nil
+}
+
+// Snapshot returns a reader over the tree of commit.
+func (r *Repo) Snapshot(commit plumbing.Hash) (*Snapshot, error) {
+	if commit.IsZero() {
+		return &Snapshot{}, nil
+	}
+	c, err := r.repo.CommitObject(commit)
+	if err != nil {
+		return nil, fmt.Errorf("read commit %s: %w", commit, err)
+	}
+	t, err := c.Tree()
+	if err != nil {
+		return nil, fmt.Errorf("read tree of %s: %w", commit, err)
+	}
+	return &Snapshot{Commit: commit, tree: t}, nil
+}
+
+// Commit writes a commit on top of parent that applies files (path to new
+// content, nil deletes) and returns its hash. Nothing is pushed.
+func (r *Repo) Commit(parent plumbing.Hash, files map[string][]byte, msg string) (plumbing.Hash, error) {
+	st := r.repo.Storer
+	var baseTree plumbing.Hash
+	var parents []plumbing.Hash
+	if !parent.IsZero() {
+		c, err := r.repo.CommitObject(parent)
+		if err != nil {
+			return plumbing.ZeroHash, fmt.Errorf("read commit %s: %w", parent, err)
+		}
+		baseTree, parents = c.TreeHash, []plumbing.Hash{parent}
+	}
+	tree, err := writeTree(st, baseTree, files)
+	if err != nil {
+		return plumbing.ZeroHash, fmt.Errorf("write tree: %w", err)
+	}
+	if tree.IsZero() {
+		return plumbing.ZeroHash, errors.New("write tree: the change would empty the repository")
+	}
+	sig := object.Signature{Name: r.opts.AuthorName, Email: r.opts.AuthorEmail, When: time.Now()}
+	c := &object.Commit{Author: sig, Committer: sig, Message: msg, TreeHash: tree, ParentHashes: parents}
+	obj := st.NewEncodedObject()
+	if err := c.Encode(obj); err != nil {
+		return plumbing.ZeroHash, fmt.Errorf("encode commit: %w", err)
+	}
+	h, err := st.SetEncodedObject(obj)
+	if err != nil {
+		return plumbing.ZeroHash, fmt.Errorf("store commit: %w", err)
+	}
+	return h, nil
+}
+
+// Push makes commit the remote branch, provided the branch is still at
+// parent (a compare-and-swap: never a force push). A lost race is ErrConflict.
+func (r *Repo) Push(ctx context.Context, parent, commit plumbing.Hash) error {
+	ctx, cancel := context.WithTimeout(ctx, r.opts.Timeout)
+	defer cancel()
+	dst := plumbing.NewBranchReferenceName(r.opts.Branch)
+	opts := &git.PushOptions{
+		RemoteName: remoteName,
+		RefSpecs:   []config.RefSpec{config.RefSpec(commit.String() + ":" + dst.String())},
+		Auth:       r.auth,
+	}
+	if !parent.IsZero() {
+		opts.RequireRemoteRefs = []config.RefSpec{config.RefSpec(parent.String() + ":" + dst.String())}
+	}
+	err := r.repo.PushContext(ctx, opts)
+	if err != nil && !errors.Is(err, git.NoErrAlreadyUpToDate) {
+		return classify("push "+r.opts.URL, err)
+	}
+	r.head = commit
+	return r.repo.Storer.SetReference(plumbing.NewHashReference(r.trackingRef(), commit))
+}

@@ -1,0 +1,180 @@
+package gitrepo
+
+import (
+	"context"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"testing/fstest"
+
+	"github.com/go-git/go-git/v5/plumbing"
+
+	"github.com/tenant-worker/tenant-worker/internal/gitserver"
+)
+
+const token = "s3cr3t-token-value"
+
+func startServer(t *testing.T) (*gitserver.Server, string) {
+	t.Helper()
+	srv, err := gitserver.Start(t.TempDir(), "127.0.0.1:0", token)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { srv.Close() })
+	url, err := srv.CreateRepo("gitops.git", "main", fstest.MapFS{
+		"a/one.yaml": {Data: []byte("one\n")},
+		"b/two.yaml": {Data: []byte("two\n")},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return srv, url
+}
+
+func open(t *testing.T, url, dir, tok string) (*Repo, error) {
+	return Open(context.Background(), Options{URL: url, Branch: "main", Username: "admin", Token: tok, Dir: dir,
+		AuthorName: "admin", AuthorEmail: "admin@example.com"})
+}
+
+func TestCommitAndPush(t *testing.T) {
+	srv, url := startServer(t)
+	dir := t.TempDir()
+	r, err := open(t, url, dir, token)
+	if err != nil {
+		t.Fatal(err)
+	}
+	parent := r.Head()
+	c, err := r.Commit(parent, map[string][]byte{
+		"a/new.yaml":   []byte("new\n"),
+		"b/two.yaml":   nil,
+		"c/d/e/f.yaml": []byte("deep\n"),
+	}, "Adding new tenant x in tier y")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Push(context.Background(), parent, c); err != nil {
+		t.Fatal(err)
+	}
+	files, err := srv.Output("gitops.git", "ls-tree", "-r", "--name-only", "main")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := strings.Fields(files); strings.Join(got, ",") != "a/new.yaml,a/one.yaml,c/d/e/f.yaml" {
+		t.Fatalf("remote tree = %v", got)
+	}
+	// git itself must accept the objects we wrote by hand.
+	if out, err := srv.Output("gitops.git", "fsck", "--strict"); err != nil {
+		t.Fatalf("fsck: %v %s", err, out)
+	}
+	log, _ := srv.Output("gitops.git", "log", "-1", "--format=%an <%ae>|%s")
+	if strings.TrimSpace(log) != "admin <admin@example.com>|Adding new tenant x in tier y" {
+		t.Fatalf("commit = %q", log)
+	}
+	// The token must not be written to the clone's config.
+	err = filepath.Walk(dir, func(p string, info os.FileInfo, err error) error {
+		if err != nil || info.IsDir() {
+			return err
+		}
+		b, err := os.ReadFile(p)
+		if strings.Contains(string(b), token) {
+			t.Errorf("token written to %s", p)
+		}
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Reopening the clone directory works and sees the pushed head.
+	r2, err := open(t, url, dir, token)
+	if err != nil || r2.Head() != c {
+		t.Fatalf("reopen: head %s, err %v; want %s", r2.Head(), err, c)
+	}
+}
+
+func TestPushConflict(t *testing.T) {
+	for _, when := range []string{"before advertisement", "after advertisement"} {
+		t.Run(when, func(t *testing.T) {
+			srv, url := startServer(t)
+			r, err := open(t, url, "", token)
+			if err != nil {
+				t.Fatal(err)
+			}
+			parent := r.Head()
+			c, err := r.Commit(parent, map[string][]byte{"a/mine.yaml": []byte("mine\n")}, "mine")
+			if err != nil {
+				t.Fatal(err)
+			}
+			var fired atomic.Bool
+			srv.SetHook(func(w http.ResponseWriter, req *http.Request) bool {
+				trigger := strings.HasSuffix(req.URL.Path, "/info/refs") && req.URL.Query().Get("service") == "git-receive-pack"
+				if when == "after advertisement" {
+					trigger = req.Method == http.MethodPost && strings.HasSuffix(req.URL.Path, "/git-receive-pack")
+				}
+				if trigger && fired.CompareAndSwap(false, true) {
+					if err := srv.WriteFile("gitops.git", "main", "a/theirs.yaml", "theirs\n", "image automation"); err != nil {
+						t.Error(err)
+					}
+				}
+				return true
+			})
+			err = r.Push(context.Background(), parent, c)
+			if !IsConflict(err) {
+				t.Fatalf("Push = %v, want a conflict", err)
+			}
+			if r.Head() != parent {
+				t.Fatal("head moved after a failed push")
+			}
+			head, err := r.Fetch(context.Background())
+			if err != nil || head == parent {
+				t.Fatalf("fetch after conflict: %s %v", head, err)
+			}
+			snap, _ := r.Snapshot(head)
+			if b, err := snap.ReadFile("a/theirs.yaml"); err != nil || string(b) != "theirs\n" {
+				t.Fatalf("their change not fetched: %q %v", b, err)
+			}
+		})
+	}
+}
+
+func TestAuthFailure(t *testing.T) {
+	_, url := startServer(t)
+	_, err := open(t, url, "", "wrong-token")
+	if !IsAuth(err) {
+		t.Fatalf("Open with a wrong token = %v, want an auth error", err)
+	}
+	if strings.Contains(err.Error(), "wrong-token") {
+		t.Fatal("error shows the token")
+	}
+}
+
+func TestSnapshot(t *testing.T) {
+	_, url := startServer(t)
+	r, err := open(t, url, "", token)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := r.Snapshot(r.Head())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if names, err := s.ReadDir("a"); err != nil || strings.Join(names, ",") != "one.yaml" {
+		t.Fatalf("ReadDir = %v %v", names, err)
+	}
+	if _, err := s.ReadFile("a/missing.yaml"); !os.IsNotExist(err) {
+		t.Fatalf("missing file: %v", err)
+	}
+	var walked []string
+	if err := s.WalkFiles("b", func(name string, _ []byte) error { walked = append(walked, name); return nil }); err != nil {
+		t.Fatal(err)
+	}
+	if strings.Join(walked, ",") != "b/two.yaml" {
+		t.Fatalf("WalkFiles = %v", walked)
+	}
+	empty, _ := r.Snapshot(plumbing.ZeroHash)
+	if _, err := empty.ReadFile("a/one.yaml"); !os.IsNotExist(err) {
+		t.Fatal("empty snapshot has files")
+	}
+}

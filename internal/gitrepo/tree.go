@@ -1,0 +1,209 @@
+package gitrepo
+
+import (
+	"bytes"
+	"fmt"
+	"sort"
+	"strings"
+
+	"github.com/go-git/go-git/v5/plumbing"
+	"github.com/go-git/go-git/v5/plumbing/filemode"
+	"github.com/go-git/go-git/v5/plumbing/object"
+	"github.com/go-git/go-git/v5/plumbing/storer"
+)
+
+// writeTree returns the hash of the tree base with files applied (path to
+// content, nil deletes). Only the trees on changed paths are rewritten, so
+// the cost follows the size of the change, not of the repository. A tree
+// left with no entries is dropped, as git does.
+func writeTree(s storer.EncodedObjectStorer, base plumbing.Hash, files map[string][]byte) (plumbing.Hash, error) {
+	var entries []object.TreeEntry
+	if !base.IsZero() {
+		t, err := object.GetTree(s, base)
+		if err != nil {
+			return plumbing.ZeroHash, fmt.Errorf("read tree %s: %w", base, err)
+		}
+		entries = append(entries, t.Entries...)
+	}
+
+	// Group the changes by their first path element.
+	direct := map[string][]byte{}
+	deleted := map[string]bool{}
+	nested := map[string]map[string][]byte{}
+	for p, content := range files {
+		head, rest, isDir := strings.Cut(p, "/")
+		if head == "" || head == "." || head == ".." || (isDir && rest == "") {
+			return plumbing.ZeroHash, fmt.Errorf("invalid path %q", p)
+		}
+		if isDir {
+			if nested[head] == nil {
+				nested[head] = map[string][]byte{}
+			}
+			nested[head][rest] = content
+		} else if content == nil {
+			deleted[head] = true
+		} else {
+			direct[head] = content
+		}
+	}
+
+	index := map[string]int{}
+	for i, e := range entries {
+		index[e.Name] = i
+	}
+	set := func(e object.TreeEntry) {
+		if i, ok := index[e.Name]; ok {
+			entries[i] = e
+			return
+		}
+		index[e.Name] = len(entries)
+		entries = append(entries, e)
+	}
+	for name := range deleted {
+		if i, ok := index[name]; ok {
+			entries[i].Name = "" // removed below
+		}
+	}
+	for name, content := range direct {
+		h, err := writeBlob(s, content)
+		if err != nil {
+			return plumbing.ZeroHash, err
+		}
+		mode := filemode.Regular
+		if i, ok := index[name]; ok && entries[i].Mode == filemode.Executable {
+			mode = filemode.Executable
+		}
+		set(object.TreeEntry{Name: name, Mode: mode, Hash: h})
+	}
+	for name, sub := range nested {
+		subBase := plumbing.ZeroHash
+		if i, ok := index[name]; ok && entries[i].Mode == filemode.Dir {
+			subBase = entries[i].Hash
+		} else if ok && entries[i].Name != "" {
+			return plumbing.ZeroHash, fmt.Errorf("%s is a file, not a directory", name)
+		}
+		h, err := writeTree(s, subBase, sub)
+		if err != nil {
+			return plumbing.ZeroHash, err
+		}
+		if h.IsZero() {
+			if i, ok := index[name]; ok {
+				entries[i].Name = ""
+			}
+			continue
+		}
+		set(object.TreeEntry{Name: name, Mode: filemode.Dir, Hash: h})
+	}
+
+	kept := entries[:0]
+	for _, e := range entries {
+		if e.Name != "" {
+			kept = append(kept, e)
+		}
+	}
+	if len(kept) == 0 {
+		return plumbing.ZeroHash, nil
+	}
+	// Git orders entries by name, comparing a directory as if it ended in "/".
+	sort.Slice(kept, func(i, j int) bool { return sortKey(kept[i]) < sortKey(kept[j]) })
+	t := &object.Tree{Entries: kept}
+	obj := s.NewEncodedObject()
+	if err := t.Encode(obj); err != nil {
+		return plumbing.ZeroHash, fmt.Errorf("encode tree: %w", err)
+	}
+	return s.SetEncodedObject(obj)
+}
+
+func sortKey(e object.TreeEntry) string {
+	if e.Mode == filemode.Dir {
+		return e.Name + "/"
+	}
+	return e.Name
+}
+
+func writeBlob(s storer.EncodedObjectStorer, content []byte) (plumbing.Hash, error) {
+	obj := s.NewEncodedObject()
+	obj.SetType(plumbing.BlobObject)
+	obj.SetSize(int64(len(content)))
+	w, err := obj.Writer()
+	if err != nil {
+		return plumbing.ZeroHash, fmt.Errorf("write blob: %w", err)
+	}
+	if _, err := w.Write(content); err != nil {
+		return plumbing.ZeroHash, fmt.Errorf("write blob: %w", err)
+	}
+	if err := w.Close(); err != nil {
+		return plumbing.ZeroHash, fmt.Errorf("write blob: %w", err)
+	}
+	return s.SetEncodedObject(obj)
+}
+
+// Snapshot reads the tree of one commit.
+type Snapshot struct {
+	Commit plumbing.Hash
+	tree   *object.Tree
+}
+
+// ReadFile implements gitops.Reader.
+func (s *Snapshot) ReadFile(name string) ([]byte, error) {
+	if s.tree == nil {
+		return nil, notExist(name)
+	}
+	f, err := s.tree.File(name)
+	if err != nil {
+		return nil, notExist(name)
+	}
+	r, err := f.Reader()
+	if err != nil {
+		return nil, fmt.Errorf("read %s: %w", name, err)
+	}
+	defer r.Close()
+	var b bytes.Buffer
+	if _, err := b.ReadFrom(r); err != nil {
+		return nil, fmt.Errorf("read %s: %w", name, err)
+	}
+	return b.Bytes(), nil
+}
+
+// ReadDir implements gitops.Reader.
+func (s *Snapshot) ReadDir(name string) ([]string, error) {
+	t, err := s.subtree(name)
+	if err != nil {
+		return nil, err
+	}
+	names := make([]string, len(t.Entries))
+	for i, e := range t.Entries {
+		names[i] = e.Name
+	}
+	sort.Strings(names)
+	return names, nil
+}
+
+// WalkFiles calls fn for every file below dir.
+func (s *Snapshot) WalkFiles(dir string, fn func(name string, content []byte) error) error {
+	t, err := s.subtree(dir)
+	if err != nil {
+		return err
+	}
+	return t.Files().ForEach(func(f *object.File) error {
+		c, err := f.Contents()
+		if err != nil {
+			return fmt.Errorf("read %s/%s: %w", dir, f.Name, err)
+		}
+		return fn(dir+"/"+f.Name, []byte(c))
+	})
+}
+
+func (s *Snapshot) subtree(name string) (*object.Tree, error) {
+	if s.tree == nil {
+		return nil, notExist(name)
+	}
+	if name == "" || name == "." {
+		return s.tree, nil
+	}
+	t, err := s.tree.Tree(name)
+	if err != nil {
+		return nil, notExist(name)
+	}
+	return t, nil
+}

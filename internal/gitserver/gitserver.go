@@ -1,0 +1,201 @@
+// Package gitserver runs git's own smart-HTTP server (git http-backend behind
+// net/http/cgi) on loopback, with token authentication the way Gitea checks
+// it: any username, the token as the password. Tests and `make run` use it as
+// the real remote; Hook lets fault tests interfere with requests.
+package gitserver
+
+import (
+	"crypto/subtle"
+	"errors"
+	"fmt"
+	"io/fs"
+	"net"
+	"net/http"
+	"net/http/cgi"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+)
+
+// Hook sees every request before git does. It returns false when it has
+// answered the request itself.
+type Hook func(w http.ResponseWriter, r *http.Request) bool
+
+// Server is a running git smart-HTTP server.
+type Server struct {
+	// URL is the base URL, such as http://127.0.0.1:41234.
+	URL string
+	// Root holds the bare repositories.
+	Root  string
+	token string
+
+	backend string
+	srv     *http.Server
+	ln      net.Listener
+
+	mu   sync.Mutex
+	hook Hook
+}
+
+// Start serves the bare repositories under root on addr (such as
+// "127.0.0.1:0"). An empty token disables authentication.
+func Start(root, addr, token string) (*Server, error) {
+	out, err := exec.Command("git", "--exec-path").Output()
+	if err != nil {
+		return nil, fmt.Errorf("find git: %w", err)
+	}
+	backend := filepath.Join(strings.TrimSpace(string(out)), "git-http-backend")
+	if _, err := os.Stat(backend); err != nil {
+		return nil, fmt.Errorf("find git http-backend: %w", err)
+	}
+	if err := os.MkdirAll(root, 0o755); err != nil {
+		return nil, fmt.Errorf("create %s: %w", root, err)
+	}
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("listen on %s: %w", addr, err)
+	}
+	s := &Server{URL: "http://" + ln.Addr().String(), Root: root, token: token, backend: backend, ln: ln}
+	s.srv = &http.Server{Handler: s, ReadHeaderTimeout: 10 * time.Second}
+	go func() { _ = s.srv.Serve(ln) }()
+	return s, nil
+}
+
+// Close stops the server.
+func (s *Server) Close() error {
+	err := s.srv.Close()
+	if errors.Is(err, http.ErrServerClosed) {
+		return nil
+	}
+	return err
+}
+
+// SetHook installs h (nil removes it).
+func (s *Server) SetHook(h Hook) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.hook = h
+}
+
+// ServeHTTP checks the token, runs the hook and hands the request to git.
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	user := "anonymous"
+	if s.token != "" {
+		u, pass, ok := r.BasicAuth()
+		if !ok || subtle.ConstantTimeCompare([]byte(pass), []byte(s.token)) != 1 {
+			w.Header().Set("WWW-Authenticate", `Basic realm="git"`)
+			http.Error(w, "authentication required", http.StatusUnauthorized)
+			return
+		}
+		if u != "" {
+			user = u
+		}
+	}
+	s.mu.Lock()
+	hook := s.hook
+	s.mu.Unlock()
+	if hook != nil && !hook(w, r) {
+		return
+	}
+	h := &cgi.Handler{
+		Path: s.backend,
+		Root: "/",
+		Env: []string{
+			"GIT_PROJECT_ROOT=" + s.Root,
+			"GIT_HTTP_EXPORT_ALL=1",
+			"REMOTE_USER=" + user, // without it git refuses pushes
+		},
+	}
+	h.ServeHTTP(w, r)
+}
+
+// RepoURL is the clone URL of the repository name.
+func (s *Server) RepoURL(name string) string { return s.URL + "/" + name }
+
+// RepoPath is the bare repository's directory.
+func (s *Server) RepoPath(name string) string { return filepath.Join(s.Root, name) }
+
+// CreateRepo makes a bare repository name whose branch holds one commit with
+// the files of seed, and returns its URL.
+func (s *Server) CreateRepo(name, branch string, seed fs.FS) (string, error) {
+	bare := s.RepoPath(name)
+	if err := git("", "init", "-q", "--bare", "-b", branch, bare); err != nil {
+		return "", err
+	}
+	work, err := os.MkdirTemp("", "gitserver-seed-")
+	if err != nil {
+		return "", err
+	}
+	defer os.RemoveAll(work)
+	if err := os.CopyFS(work, seed); err != nil {
+		return "", fmt.Errorf("copy seed: %w", err)
+	}
+	for _, args := range [][]string{
+		{"init", "-q", "-b", branch},
+		{"add", "-A"},
+		{"commit", "-q", "-m", "Initial GitOps tree"},
+		{"push", "-q", bare, branch},
+	} {
+		if err := git(work, args...); err != nil {
+			return "", err
+		}
+	}
+	return s.RepoURL(name), nil
+}
+
+// git runs the git command line with a fixed identity.
+func git(dir string, args ...string) error {
+	cmd := exec.Command("git", args...)
+	cmd.Dir = dir
+	cmd.Env = append(os.Environ(),
+		"GIT_AUTHOR_NAME=seed", "GIT_AUTHOR_EMAIL=seed@example.com",
+		"GIT_COMMITTER_NAME=seed", "GIT_COMMITTER_EMAIL=seed@example.com",
+		"GIT_CONFIG_NOSYSTEM=1", "HOME="+os.TempDir())
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("git %s: %w: %s", strings.Join(args, " "), err, out)
+	}
+	return nil
+}
+
+// Git runs a git command in dir, for tests that act as another writer.
+func Git(dir string, args ...string) error { return git(dir, args...) }
+
+// Output runs a git command against the bare repository name and returns
+// its output, for tests that read what the worker pushed.
+func (s *Server) Output(name string, args ...string) (string, error) {
+	cmd := exec.Command("git", append([]string{"--git-dir", s.RepoPath(name)}, args...)...)
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		return "", fmt.Errorf("git %s: %w: %s", strings.Join(args, " "), err, out)
+	}
+	return string(out), nil
+}
+
+// WriteFile commits content at path on branch of repository name directly
+// on disk, as another writer (a person, or Flux image automation) would.
+func (s *Server) WriteFile(name, branch, path, content, msg string) error {
+	work, err := os.MkdirTemp("", "gitserver-writer-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(work)
+	if err := git("", "clone", "-q", "-b", branch, s.RepoPath(name), work); err != nil {
+		return err
+	}
+	full := filepath.Join(work, filepath.FromSlash(path))
+	if err := os.MkdirAll(filepath.Dir(full), 0o755); err != nil {
+		return err
+	}
+	if err := os.WriteFile(full, []byte(content), 0o644); err != nil {
+		return err
+	}
+	for _, args := range [][]string{{"add", "-A"}, {"commit", "-q", "-m", msg}, {"push", "-q", "origin", branch}} {
+		if err := git(work, args...); err != nil {
+			return err
+		}
+	}
+	return nil
+}

@@ -1,0 +1,146 @@
+// Package validate checks a changed tree the way Flux will read it: the
+// tenants and pooled-envs kustomizations must build, and every HelmRelease in
+// a changed file must decode strictly into Flux's own API type.
+package validate
+
+import (
+	"errors"
+	"fmt"
+	"path"
+	"regexp"
+	"strings"
+
+	helmv2 "github.com/fluxcd/helm-controller/api/v2"
+	helmv2beta1 "github.com/fluxcd/helm-controller/api/v2beta1"
+	helmv2beta2 "github.com/fluxcd/helm-controller/api/v2beta2"
+	"sigs.k8s.io/kustomize/api/krusty"
+	"sigs.k8s.io/kustomize/kyaml/filesys"
+	"sigs.k8s.io/yaml"
+
+	"github.com/tenant-worker/tenant-worker/internal/gitops"
+)
+
+// Source is a snapshot of the repository that can be walked.
+type Source interface {
+	gitops.Reader
+	// WalkFiles calls fn for every file below dir.
+	WalkFiles(dir string, fn func(name string, content []byte) error) error
+}
+
+// maxReleaseName is Helm's limit on release names.
+const maxReleaseName = 53
+
+// Checker validates changes for one repository layout.
+type Checker struct {
+	Layout gitops.Layout
+}
+
+// Check validates the kustomizations touched by changed (paths relative to
+// the repository root) and the HelmReleases in the changed files.
+func (c Checker) Check(src Source, changed []string) error {
+	var errs []error
+	for _, dir := range []string{c.Layout.TenantsDir(), c.Layout.PooledEnvsDir()} {
+		if touches(changed, dir) {
+			if err := Build(src, dir); err != nil {
+				errs = append(errs, err)
+			}
+		}
+	}
+	for _, name := range changed {
+		if !strings.HasSuffix(name, ".yaml") || path.Base(name) == "kustomization.yaml" {
+			continue
+		}
+		content, err := src.ReadFile(name)
+		if err != nil {
+			continue // deleted
+		}
+		if err := HelmReleases(content); err != nil {
+			errs = append(errs, fmt.Errorf("%s: %w", name, err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+func touches(changed []string, dir string) bool {
+	for _, p := range changed {
+		if strings.HasPrefix(p, dir+"/") {
+			return true
+		}
+	}
+	return false
+}
+
+// Build runs `kustomize build dir` in memory over the files below dir.
+func Build(src Source, dir string) error {
+	fsys := filesys.MakeFsInMemory()
+	err := src.WalkFiles(dir, func(name string, content []byte) error {
+		return fsys.WriteFile("/"+name, content)
+	})
+	if err != nil {
+		return fmt.Errorf("read %s: %w", dir, err)
+	}
+	k := krusty.MakeKustomizer(krusty.MakeDefaultOptions())
+	if _, err := k.Run(fsys, "/"+dir); err != nil {
+		return fmt.Errorf("kustomize build %s: %w", dir, err)
+	}
+	return nil
+}
+
+var docSeparator = regexp.MustCompile(`(?m)^---[ \t]*(#.*)?$`)
+
+// HelmReleases decodes every HelmRelease document in content strictly into
+// the helm-controller type of its apiVersion.
+func HelmReleases(content []byte) error {
+	for i, doc := range docSeparator.Split(string(content), -1) {
+		if strings.TrimSpace(doc) == "" {
+			continue
+		}
+		var meta struct {
+			APIVersion string `json:"apiVersion"`
+			Kind       string `json:"kind"`
+		}
+		if err := yaml.Unmarshal([]byte(doc), &meta); err != nil {
+			return fmt.Errorf("document %d: %w", i+1, err)
+		}
+		if meta.Kind != "HelmRelease" {
+			continue
+		}
+		if err := helmRelease(meta.APIVersion, []byte(doc)); err != nil {
+			return fmt.Errorf("document %d (HelmRelease %s): %w", i+1, meta.APIVersion, err)
+		}
+	}
+	return nil
+}
+
+func helmRelease(apiVersion string, doc []byte) error {
+	var name, releaseName string
+	switch apiVersion {
+	case helmv2.GroupVersion.String():
+		var hr helmv2.HelmRelease
+		if err := yaml.UnmarshalStrict(doc, &hr); err != nil {
+			return err
+		}
+		name, releaseName = hr.Name, hr.GetReleaseName()
+	case helmv2beta2.GroupVersion.String():
+		var hr helmv2beta2.HelmRelease
+		if err := yaml.UnmarshalStrict(doc, &hr); err != nil {
+			return err
+		}
+		name, releaseName = hr.Name, hr.GetReleaseName()
+	case helmv2beta1.GroupVersion.String():
+		var hr helmv2beta1.HelmRelease
+		if err := yaml.UnmarshalStrict(doc, &hr); err != nil {
+			return err
+		}
+		name, releaseName = hr.Name, hr.GetReleaseName()
+	default:
+		return fmt.Errorf("unknown apiVersion %q", apiVersion)
+	}
+	switch {
+	case name == "":
+		return errors.New("metadata.name is empty")
+	case len(releaseName) > maxReleaseName:
+		return fmt.Errorf("release name %q is longer than %d characters", releaseName, maxReleaseName)
+	}
+	return nil
+}

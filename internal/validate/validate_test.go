@@ -1,0 +1,94 @@
+package validate
+
+import (
+	"io/fs"
+	"strings"
+	"testing"
+	"testing/fstest"
+
+	"github.com/tenant-worker/tenant-worker/internal/gitops"
+	"github.com/tenant-worker/tenant-worker/templates"
+)
+
+const root = templates.Root
+
+func seed(t *testing.T) fstest.MapFS {
+	t.Helper()
+	m := fstest.MapFS{}
+	err := fs.WalkDir(templates.FS, ".", func(p string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			return err
+		}
+		b, err := fs.ReadFile(templates.FS, p)
+		m[p] = &fstest.MapFile{Data: b}
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m
+}
+
+func tenant(t *testing.T, m fstest.MapFS, tier, id string) string {
+	t.Helper()
+	tmpl := string(m[root+"/tier-templates/"+tier+"_tenant_template.yaml"].Data)
+	return strings.NewReplacer("{TENANT_ID}", id, "{RELEASE_VERSION}", "0.0").Replace(tmpl)
+}
+
+func TestCheck(t *testing.T) {
+	checker := Checker{Layout: gitops.Layout{Root: root}}
+	kpath := root + "/tenants/premium/kustomization.yaml"
+	fpath := root + "/tenants/premium/t1.yaml"
+	tests := []struct {
+		name    string
+		edit    func(m fstest.MapFS)
+		wantErr string
+	}{
+		{"valid onboarding", func(m fstest.MapFS) {}, ""},
+		{"duplicate entry (reference defect 1)", func(m fstest.MapFS) {
+			m[kpath].Data = append(m[kpath].Data, "\n  - t1.yaml"...)
+		}, "kustomize build"},
+		{"missing file", func(m fstest.MapFS) { delete(m, fpath) }, "kustomize build"},
+		{"unknown field", func(m fstest.MapFS) {
+			m[fpath].Data = []byte(strings.Replace(string(m[fpath].Data), "  interval: 1m0s", "  interval: 1m0s\n  intervall: 2m", 1))
+		}, "unknown field"},
+		{"bad duration", func(m fstest.MapFS) {
+			m[fpath].Data = []byte(strings.Replace(string(m[fpath].Data), "interval: 1m0s", "interval: often", 1))
+		}, "HelmRelease"},
+		{"malformed yaml", func(m fstest.MapFS) {
+			m[fpath].Data = append(m[fpath].Data, "\n  : : -\n\t["...)
+		}, "t1.yaml"},
+		{"unknown apiVersion", func(m fstest.MapFS) {
+			m[fpath].Data = []byte(strings.Replace(string(m[fpath].Data), "helm.toolkit.fluxcd.io/v2beta1", "helm.toolkit.fluxcd.io/v9", 1))
+		}, "unknown apiVersion"},
+		{"two documents with the same name", func(m fstest.MapFS) {
+			m[fpath].Data = append(m[fpath].Data, "---\napiVersion: v1\nkind: Namespace\nmetadata:\n  name: t1\n"...)
+		}, "kustomize build"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			m := seed(t)
+			m[fpath] = &fstest.MapFile{Data: []byte(tenant(t, m, "premium", "t1"))}
+			m[kpath].Data = append(m[kpath].Data, "\n  - t1.yaml"...)
+			tt.edit(m)
+			err := checker.Check(gitops.FS{FS: m}, []string{fpath, kpath})
+			switch {
+			case tt.wantErr == "" && err != nil:
+				t.Fatalf("Check: %v", err)
+			case tt.wantErr != "" && (err == nil || !strings.Contains(err.Error(), tt.wantErr)):
+				t.Fatalf("Check = %v, want an error containing %q", err, tt.wantErr)
+			}
+		})
+	}
+}
+
+func TestHelmReleaseV2(t *testing.T) {
+	doc := "apiVersion: helm.toolkit.fluxcd.io/v2\nkind: HelmRelease\nmetadata:\n  name: x\nspec:\n  interval: 1m\n  chart:\n    spec:\n      chart: c\n      sourceRef:\n        kind: HelmRepository\n        name: r\n"
+	if err := HelmReleases([]byte(doc)); err != nil {
+		t.Fatalf("v2: %v", err)
+	}
+	long := strings.Replace(doc, "name: x", "name: "+strings.Repeat("a", 60), 1)
+	if err := HelmReleases([]byte(long)); err == nil {
+		t.Fatal("release name over 53 characters accepted")
+	}
+}
