@@ -1,0 +1,101 @@
+// Package metrics defines the worker's Prometheus metrics. They are built on
+// a Registerer passed in, never on the global registry, so tests get a fresh
+// set each.
+package metrics
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/tenant-worker/tenant-worker/internal/reject"
+)
+
+// Outcomes of a message, the values of the "outcome" label.
+const (
+	OutcomeApplied  = "applied"  // a commit was pushed
+	OutcomeNoop     = "noop"     // already carried out; nothing to push
+	OutcomeRejected = "rejected" // a bad message: dead-lettered or deleted
+	OutcomeRetry    = "retry"    // a transient failure: left for redelivery
+)
+
+// Results of a push attempt, the values of the "result" label.
+const (
+	PushSuccess  = "success"
+	PushConflict = "conflict"
+	PushError    = "error"
+)
+
+// Metrics holds every metric the worker records.
+type Metrics struct {
+	Messages        *prometheus.CounterVec
+	Rejections      *prometheus.CounterVec
+	MessageDuration *prometheus.HistogramVec
+	StepDuration    *prometheus.HistogramVec
+	LockWait        prometheus.Histogram
+	PushAttempts    *prometheus.CounterVec
+	LastPush        prometheus.Gauge
+	SQSErrors       *prometheus.CounterVec
+}
+
+// Steps of the pipeline, the values of the "step" label.
+var Steps = []string{"sync", "render", "commit", "validate", "push"}
+
+// New creates the metrics and registers them on reg.
+func New(reg prometheus.Registerer, queues []string) *Metrics {
+	buckets := []float64{.005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60}
+	m := &Metrics{
+		Messages: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "tenant_worker_messages_total",
+			Help: "Messages handled, by queue and outcome (applied, noop, rejected, retry).",
+		}, []string{"queue", "outcome"}),
+		Rejections: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "tenant_worker_rejections_total",
+			Help: "Messages refused as bad input, by queue and reason.",
+		}, []string{"queue", "reason"}),
+		MessageDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "tenant_worker_message_duration_seconds",
+			Help:    "Time from receiving a message to its outcome, by queue and outcome.",
+			Buckets: buckets,
+		}, []string{"queue", "outcome"}),
+		StepDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "tenant_worker_step_duration_seconds",
+			Help:    "Duration of each pipeline step (sync, render, commit, validate, push).",
+			Buckets: buckets,
+		}, []string{"step"}),
+		LockWait: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "tenant_worker_lock_wait_seconds",
+			Help:    "Time spent waiting for the repository lock (the Argo workflow mutex).",
+			Buckets: buckets,
+		}),
+		PushAttempts: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "tenant_worker_push_attempts_total",
+			Help: "Push attempts, by result (success, conflict, error).",
+		}, []string{"result"}),
+		LastPush: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "tenant_worker_last_push_timestamp_seconds",
+			Help: "Unix time of the last successful push.",
+		}),
+		SQSErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "tenant_worker_sqs_errors_total",
+			Help: "Failed SQS calls, by queue and operation.",
+		}, []string{"queue", "op"}),
+	}
+	reg.MustRegister(m.Messages, m.Rejections, m.MessageDuration, m.StepDuration, m.LockWait,
+		m.PushAttempts, m.LastPush, m.SQSErrors)
+
+	// Pre-create the label sets so dashboards see zeros, not gaps.
+	for _, q := range queues {
+		for _, o := range []string{OutcomeApplied, OutcomeNoop, OutcomeRejected, OutcomeRetry} {
+			m.Messages.WithLabelValues(q, o)
+		}
+		for _, r := range reject.Reasons {
+			m.Rejections.WithLabelValues(q, string(r))
+		}
+	}
+	for _, s := range Steps {
+		m.StepDuration.WithLabelValues(s)
+	}
+	for _, r := range []string{PushSuccess, PushConflict, PushError} {
+		m.PushAttempts.WithLabelValues(r)
+	}
+	return m
+}

@@ -1,0 +1,171 @@
+package pipeline
+
+import (
+	"context"
+	"io/fs"
+	"net/http"
+	"strings"
+	"sync/atomic"
+	"testing"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	dto "github.com/prometheus/client_model/go"
+
+	"github.com/tenant-worker/tenant-worker/internal/gitops"
+	"github.com/tenant-worker/tenant-worker/internal/gitrepo"
+	"github.com/tenant-worker/tenant-worker/internal/gitserver"
+	"github.com/tenant-worker/tenant-worker/internal/message"
+	"github.com/tenant-worker/tenant-worker/internal/metrics"
+	"github.com/tenant-worker/tenant-worker/internal/reject"
+	"github.com/tenant-worker/tenant-worker/templates"
+)
+
+type env struct {
+	srv *gitserver.Server
+	p   *Pipeline
+	m   *metrics.Metrics
+}
+
+func setup(t *testing.T) env {
+	t.Helper()
+	srv, err := gitserver.Start(t.TempDir(), "127.0.0.1:0", "tok")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { srv.Close() })
+	url, err := srv.CreateRepo("gitops.git", "main", templates.FS)
+	if err != nil {
+		t.Fatal(err)
+	}
+	repo, err := gitrepo.Open(context.Background(), gitrepo.Options{URL: url, Branch: "main", Token: "tok",
+		AuthorName: "admin", AuthorEmail: "admin@example.com"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := metrics.New(prometheus.NewRegistry(), nil)
+	return env{srv: srv, m: m, p: New(repo, Options{Layout: gitops.Layout{Root: templates.Root}}, m)}
+}
+
+func apply(t *testing.T, e env, kind message.Kind, body string) (Result, error) {
+	t.Helper()
+	req, err := message.Decode(kind, []byte(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return e.p.Apply(context.Background(), req)
+}
+
+func show(t *testing.T, e env, path string) string {
+	t.Helper()
+	out, err := e.srv.Output("gitops.git", "show", "main:"+templates.Root+"/"+path)
+	if err != nil {
+		return "<absent>"
+	}
+	return out
+}
+
+const onboard1 = `{"tenant_id":"tenant-1","tenant_tier":"premium","release_version":"0.0"}`
+
+func TestApplyAndNoop(t *testing.T) {
+	e := setup(t)
+	res, err := apply(t, e, message.Onboarding, onboard1)
+	if err != nil || !res.Applied || res.Attempts != 1 {
+		t.Fatalf("onboarding: %+v %v", res, err)
+	}
+	head, _ := e.srv.Output("gitops.git", "rev-parse", "main")
+	if strings.TrimSpace(head) != res.Commit.String() {
+		t.Fatalf("remote head %s, result %s", head, res.Commit)
+	}
+	if !strings.Contains(show(t, e, "tenants/premium/tenant-1.yaml"), "name: tenant-1-premium") {
+		t.Fatal("tenant file not pushed")
+	}
+	res, err = apply(t, e, message.Onboarding, onboard1)
+	if err != nil || res.Applied {
+		t.Fatalf("repeat: %+v %v", res, err)
+	}
+	count, _ := e.srv.Output("gitops.git", "rev-list", "--count", "main")
+	if strings.TrimSpace(count) != "2" {
+		t.Fatalf("commits on main = %s, want 2 (no empty commit)", count)
+	}
+	for _, step := range metrics.Steps {
+		var m dto.Metric
+		if err := e.m.StepDuration.WithLabelValues(step).(prometheus.Metric).Write(&m); err != nil {
+			t.Fatal(err)
+		}
+		if n := m.GetHistogram().GetSampleCount(); n == 0 {
+			t.Errorf("no %s duration recorded", step)
+		}
+	}
+}
+
+func TestLostRaceIsReapplied(t *testing.T) {
+	e := setup(t)
+	var fired atomic.Int32
+	e.srv.SetHook(func(w http.ResponseWriter, r *http.Request) bool {
+		if r.Method == http.MethodPost && strings.HasSuffix(r.URL.Path, "git-receive-pack") && fired.Add(1) == 1 {
+			// Image automation bumps a tag between our fetch and our push.
+			pool := show(t, e, "pooled-envs/pool-1.yaml")
+			pool = strings.Replace(pool, `tag: "0.1" # {"$imagepolicy": "flux-system:producer`, `tag: "0.2" # {"$imagepolicy": "flux-system:producer`, 1)
+			if err := e.srv.WriteFile("gitops.git", "main", templates.Root+"/pooled-envs/pool-1.yaml", pool, "image automation"); err != nil {
+				t.Error(err)
+			}
+		}
+		return true
+	})
+	res, err := apply(t, e, message.Onboarding, onboard1)
+	if err != nil || !res.Applied || res.Attempts != 2 {
+		t.Fatalf("onboarding: %+v %v", res, err)
+	}
+	if !strings.Contains(show(t, e, "pooled-envs/pool-1.yaml"), `tag: "0.2"`) || show(t, e, "tenants/premium/tenant-1.yaml") == "<absent>" {
+		t.Fatal("one of the two changes is missing from the branch")
+	}
+	if got := testutil.ToFloat64(e.m.PushAttempts.WithLabelValues(metrics.PushConflict)); got != 1 {
+		t.Fatalf("conflicts counted: %v", got)
+	}
+}
+
+func TestInvalidRenderIsRejected(t *testing.T) {
+	e := setup(t)
+	tmpl := templates.Root + "/tier-templates/basic_tenant_template.yaml"
+	b, _ := fs.ReadFile(templates.FS, tmpl)
+	broken := strings.Replace(string(b), "interval: 1m0s", "interval: 1m0s\n  bogusField: 1", 1)
+	if err := e.srv.WriteFile("gitops.git", "main", tmpl, broken, "break the template"); err != nil {
+		t.Fatal(err)
+	}
+	before, _ := e.srv.Output("gitops.git", "rev-parse", "main")
+	_, err := apply(t, e, message.Onboarding, `{"tenant_id":"t3","tenant_tier":"basic","release_version":"0.0"}`)
+	if r, ok := reject.As(err); !ok || r.Reason != reject.InvalidRender {
+		t.Fatalf("got %v, want an invalid_render rejection", err)
+	}
+	after, _ := e.srv.Output("gitops.git", "rev-parse", "main")
+	if before != after {
+		t.Fatal("an invalid change was pushed")
+	}
+}
+
+func TestBrokenBranchIsNotTheMessagesFault(t *testing.T) {
+	e := setup(t)
+	k := templates.Root + "/tenants/premium/kustomization.yaml"
+	if err := e.srv.WriteFile("gitops.git", "main", k, "resources:\n  - dummy-configmap.yaml\n  - ghost.yaml\n", "oops"); err != nil {
+		t.Fatal(err)
+	}
+	_, err := apply(t, e, message.Onboarding, onboard1)
+	if err == nil {
+		t.Fatal("pushed on top of a broken branch")
+	}
+	if _, ok := reject.As(err); ok {
+		t.Fatalf("blamed the message for a broken branch: %v", err)
+	}
+}
+
+func TestLockWatchesContext(t *testing.T) {
+	e := setup(t)
+	e.p.lock <- struct{}{} // someone holds the lock
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	req, _ := message.Decode(message.Onboarding, []byte(onboard1))
+	if _, err := e.p.Apply(ctx, req); err == nil {
+		t.Fatal("Apply ran without the lock")
+	}
+}
