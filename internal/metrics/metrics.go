@@ -40,7 +40,7 @@ type Metrics struct {
 var Steps = []string{"sync", "render", "commit", "validate", "push"}
 
 // New creates the metrics and registers them on reg.
-func New(reg prometheus.Registerer, queues []string) *Metrics {
+func New(reg prometheus.Registerer) *Metrics {
 	buckets := []float64{.005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60}
 	m := &Metrics{
 		Messages: prometheus.NewCounterVec(prometheus.CounterOpts{
@@ -82,15 +82,6 @@ func New(reg prometheus.Registerer, queues []string) *Metrics {
 	reg.MustRegister(m.Messages, m.Rejections, m.MessageDuration, m.StepDuration, m.LockWait,
 		m.PushAttempts, m.LastPush, m.SQSErrors)
 
-	// Pre-create the label sets so dashboards see zeros, not gaps.
-	for _, q := range queues {
-		for _, o := range []string{OutcomeApplied, OutcomeNoop, OutcomeRejected, OutcomeRetry} {
-			m.Messages.WithLabelValues(q, o)
-		}
-		for _, r := range reject.Reasons {
-			m.Rejections.WithLabelValues(q, string(r))
-		}
-	}
 	for _, s := range Steps {
 		m.StepDuration.WithLabelValues(s)
 	}
@@ -98,4 +89,16 @@ func New(reg prometheus.Registerer, queues []string) *Metrics {
 		m.PushAttempts.WithLabelValues(r)
 	}
 	return m
+}
+
+// InitQueue creates the label sets of a queue, so dashboards see zeros
+// rather than gaps before its first message.
+func (m *Metrics) InitQueue(queue string) {
+	for _, o := range []string{OutcomeApplied, OutcomeNoop, OutcomeRejected, OutcomeRetry} {
+		m.Messages.WithLabelValues(queue, o)
+		m.MessageDuration.WithLabelValues(queue, o)
+	}
+	for _, r := range reject.Reasons {
+		m.Rejections.WithLabelValues(queue, string(r))
+	}
 }

@@ -43,7 +43,7 @@ func setup(t *testing.T) env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	m := metrics.New(prometheus.NewRegistry(), nil)
+	m := metrics.New(prometheus.NewRegistry())
 	return env{srv: srv, m: m, p: New(repo, Options{Layout: gitops.Layout{Root: templates.Root}}, m)}
 }
 

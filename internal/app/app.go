@@ -1,0 +1,176 @@
+// Package app wires the worker together in one place: settings, SQS client,
+// clone, pipeline, consumers and the HTTP endpoints.
+package app
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/config"
+	"github.com/aws/aws-sdk-go-v2/service/sqs"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/rs/zerolog"
+
+	wconfig "github.com/tenant-worker/tenant-worker/internal/config"
+	"github.com/tenant-worker/tenant-worker/internal/gitops"
+	"github.com/tenant-worker/tenant-worker/internal/gitrepo"
+	"github.com/tenant-worker/tenant-worker/internal/httpserver"
+	"github.com/tenant-worker/tenant-worker/internal/message"
+	"github.com/tenant-worker/tenant-worker/internal/metrics"
+	"github.com/tenant-worker/tenant-worker/internal/pipeline"
+	"github.com/tenant-worker/tenant-worker/internal/queue"
+	"github.com/tenant-worker/tenant-worker/internal/worker"
+)
+
+// Config is what Run needs.
+type Config struct {
+	Options wconfig.Options
+	// Token is the git token, already read from GIT_TOKEN or its file.
+	Token  string
+	Logger zerolog.Logger
+	// Listener, if set, serves the HTTP endpoints instead of Options.HTTPAddr.
+	Listener net.Listener
+	// SQS, if set, replaces the client built from the AWS environment.
+	SQS queue.API
+}
+
+// Run runs the worker until ctx is done, then finishes the messages in hand
+// (within the shutdown grace) and returns nil.
+func Run(ctx context.Context, c Config) error {
+	log := c.Logger
+	ctx = log.WithContext(ctx)
+	o := c.Options
+
+	api := c.SQS
+	if api == nil {
+		awsCfg, err := config.LoadDefaultConfig(ctx)
+		if err != nil {
+			return fmt.Errorf("load AWS configuration: %w", err)
+		}
+		api = sqs.NewFromConfig(awsCfg)
+	}
+
+	kinds := map[message.Kind]string{
+		message.Onboarding: o.OnboardingQueue, message.Offboarding: o.OffboardingQueue, message.Deployment: o.DeploymentQueue,
+	}
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	m := metrics.New(reg)
+
+	// status holds why the worker is not ready; nil once it is.
+	var status atomic.Pointer[string]
+	setStatus := func(format string, args ...any) {
+		s := fmt.Sprintf(format, args...)
+		status.Store(&s)
+	}
+	setStatus("starting")
+	ready := func() error {
+		if s := status.Load(); s != nil {
+			return errors.New(*s)
+		}
+		return nil
+	}
+	ln := c.Listener
+	if ln == nil {
+		var err error
+		if ln, err = net.Listen("tcp", o.HTTPAddr); err != nil {
+			return fmt.Errorf("listen on HTTP_ADDR %s: %w", o.HTTPAddr, err)
+		}
+	}
+	srv := httpserver.New(o.HTTPAddr, httpserver.Handler(reg, ready))
+	go func() {
+		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			log.Error().Err(err).Msg("HTTP server stopped")
+		}
+	}()
+	defer func() {
+		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = srv.Shutdown(sctx)
+	}()
+	log.Info().Str("addr", ln.Addr().String()).Msg("serving /metrics, /healthz and /readyz")
+
+	var repo *gitrepo.Repo
+	err := retry(ctx, "open the GitOps repository", func() error {
+		var err error
+		repo, err = gitrepo.Open(ctx, gitrepo.Options{
+			URL: o.GitRepoURL, Branch: o.GitBranch, Username: o.GitUsername, Token: c.Token, Dir: o.GitCloneDir,
+			AuthorName: o.GitAuthorName, AuthorEmail: o.GitAuthorEmail, Timeout: o.GitTimeout,
+		})
+		if err != nil {
+			setStatus("repository: %v", err)
+		}
+		return err
+	})
+	if err != nil {
+		return nil // ctx ended while starting: a clean stop
+	}
+	log.Info().Str("repo", o.GitRepoURL).Str("branch", o.GitBranch).Str("head", repo.Head().String()).Msg("repository ready")
+
+	p := pipeline.New(repo, pipeline.Options{Layout: gitops.Layout{Root: o.GitopsRoot}, MaxAttempts: o.PushAttempts}, m)
+	w := worker.New(p, m)
+
+	var consumers []*queue.Consumer
+	for _, kind := range message.Kinds {
+		var q *queue.Queue
+		err := retry(ctx, "find queue "+kinds[kind], func() error {
+			var err error
+			q, err = queue.Resolve(ctx, api, kinds[kind])
+			if err != nil {
+				setStatus("queue %s: %v", kinds[kind], err)
+			}
+			return err
+		})
+		if err != nil {
+			return nil
+		}
+		m.InitQueue(q.Name)
+		log.Info().Str("queue", q.Name).Str("url", q.URL).Str("dead_letter_queue", q.DeadLetterURL).
+			Str("kind", string(kind)).Msg("consuming queue")
+		observe := func(op string, err error) { m.SQSErrors.WithLabelValues(q.Name, op).Inc() }
+		consumers = append(consumers, queue.NewConsumer(api, q, w.Handler(kind, q.Name), queue.Options{
+			WaitTime: o.WaitTime, MaxMessages: o.MaxMessages, VisibilityTimeout: o.VisibilityTimeout,
+			RetryDelay: o.RetryDelay, MaxRetryDelay: o.MaxRetryDelay, ShutdownGrace: o.ShutdownGrace,
+		}, observe))
+	}
+	status.Store(nil)
+
+	var wg sync.WaitGroup
+	for _, c := range consumers {
+		wg.Go(func() { c.Run(ctx) })
+	}
+	<-ctx.Done()
+	log.Info().Msg("shutting down: no new messages; finishing the ones in hand")
+	wg.Wait()
+	log.Info().Msg("stopped")
+	return nil
+}
+
+// retry calls fn until it succeeds or ctx ends, backing off up to 30 s. A
+// worker that starts before its git server or queues must wait, not exit.
+func retry(ctx context.Context, what string, fn func() error) error {
+	log := zerolog.Ctx(ctx)
+	delay := time.Second
+	for {
+		err := fn()
+		if err == nil {
+			return nil
+		}
+		log.Error().Err(err).Dur("retry_in", delay).Msgf("could not %s", what)
+		t := time.NewTimer(delay)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return ctx.Err()
+		case <-t.C:
+		}
+		delay = min(delay*2, 30*time.Second)
+	}
+}

@@ -1,0 +1,100 @@
+// Package cli implements the tenant-worker command line: subcommands, their
+// flags and help.
+package cli
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/tenant-worker/tenant-worker/internal/app"
+	"github.com/tenant-worker/tenant-worker/internal/config"
+	"github.com/tenant-worker/tenant-worker/internal/logging"
+)
+
+const usage = `tenant-worker turns SQS tenant messages into GitOps commits.
+
+Usage:
+  tenant-worker <command> [flags]
+
+Commands:
+  run     consume the onboarding, offboarding and deployment queues
+  help    show this help
+
+Run "tenant-worker <command> --help" for a command's flags.
+`
+
+// Main runs the command line and returns the exit code.
+func Main(args []string, stdout, stderr io.Writer, getenv func(string) string) int {
+	if len(args) == 0 {
+		fmt.Fprint(stderr, usage)
+		return 2
+	}
+	switch args[0] {
+	case "run":
+		return runCmd(args[1:], stdout, stderr, getenv)
+	case "help", "-h", "-help", "--help":
+		fmt.Fprint(stdout, usage)
+		return 0
+	default:
+		fmt.Fprintf(stderr, "tenant-worker: unknown command %q\n\n%s", args[0], usage)
+		return 2
+	}
+}
+
+func runCmd(args []string, stdout, stderr io.Writer, getenv func(string) string) int {
+	fs := flag.NewFlagSet("run", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	opts := config.Default()
+	opts.Bind(fs, getenv)
+	fs.Usage = func() {
+		fmt.Fprintf(fs.Output(), `Usage: tenant-worker run [flags]
+
+Consume the three queues and apply each message to the GitOps repository.
+Every flag can also be set by the environment variable named after it. AWS
+settings come the standard SDK way (AWS_REGION, AWS_ENDPOINT_URL_SQS, the
+credentials chain, IRSA). The git token is read only from GIT_TOKEN or
+GIT_TOKEN_FILE.
+
+Flags:
+`)
+		fs.SetOutput(stdout)
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
+		return 2
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(stderr, "tenant-worker run: unexpected arguments %v\n", fs.Args())
+		return 2
+	}
+	if err := opts.Validate(); err != nil {
+		fmt.Fprintf(stderr, "tenant-worker run: invalid settings:\n%v\n", err)
+		return 2
+	}
+	token, err := opts.Token()
+	if err != nil {
+		fmt.Fprintf(stderr, "tenant-worker run: %v\n", err)
+		return 2
+	}
+	log, err := logging.New(stderr, opts.LogLevel, opts.LogFormat, token)
+	if err != nil {
+		fmt.Fprintf(stderr, "tenant-worker run: %v\n", err)
+		return 2
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := app.Run(ctx, app.Config{Options: opts, Token: token, Logger: log}); err != nil {
+		log.Error().Err(err).Msg("worker failed")
+		return 1
+	}
+	return 0
+}

@@ -1,0 +1,203 @@
+// Package config holds the worker's settings. Every setting is a flag and an
+// environment variable (the flag wins); the git token is the exception: it is
+// read only from GIT_TOKEN or the file GIT_TOKEN_FILE names, never from a
+// flag, so it cannot show up in a process list.
+package config
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"net/url"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Options are the worker's settings.
+type Options struct {
+	OnboardingQueue  string
+	OffboardingQueue string
+	DeploymentQueue  string
+
+	GitRepoURL     string
+	GitBranch      string
+	GitUsername    string
+	GitToken       string
+	GitTokenFile   string
+	GitAuthorName  string
+	GitAuthorEmail string
+	GitopsRoot     string
+	GitCloneDir    string
+	GitTimeout     time.Duration
+	PushAttempts   int
+
+	WaitTime          time.Duration
+	MaxMessages       int
+	VisibilityTimeout time.Duration
+	RetryDelay        time.Duration
+	MaxRetryDelay     time.Duration
+	ShutdownGrace     time.Duration
+
+	HTTPAddr  string
+	LogLevel  string
+	LogFormat string
+
+	envErrs []error
+}
+
+// Default returns the settings of the reference platform.
+func Default() Options {
+	return Options{
+		OnboardingQueue:   "argoworkflows-onboarding-queue",
+		OffboardingQueue:  "argoworkflows-offboarding-queue",
+		DeploymentQueue:   "argoworkflows-deployment-queue",
+		GitBranch:         "main",
+		GitUsername:       "admin",
+		GitAuthorName:     "admin",
+		GitAuthorEmail:    "admin@example.com",
+		GitopsRoot:        "application-plane/production",
+		GitTimeout:        30 * time.Second,
+		PushAttempts:      5,
+		WaitTime:          20 * time.Second,
+		MaxMessages:       10,
+		VisibilityTimeout: 120 * time.Second,
+		RetryDelay:        10 * time.Second,
+		MaxRetryDelay:     15 * time.Minute,
+		ShutdownGrace:     30 * time.Second,
+		HTTPAddr:          ":8080",
+		LogLevel:          "info",
+		LogFormat:         "json",
+	}
+}
+
+// Bind registers every setting on fs, taking defaults from the environment
+// through getenv. Bad environment values are reported by Validate.
+func (o *Options) Bind(fs *flag.FlagSet, getenv func(string) string) {
+	str := func(p *string, name, env, usage string) {
+		if v := getenv(env); v != "" {
+			*p = v
+		}
+		fs.StringVar(p, name, *p, fmt.Sprintf("%s (env %s)", usage, env))
+	}
+	dur := func(p *time.Duration, name, env, usage string) {
+		if v := getenv(env); v != "" {
+			d, err := time.ParseDuration(v)
+			if err != nil {
+				o.envErrs = append(o.envErrs, fmt.Errorf("%s: %w", env, err))
+			} else {
+				*p = d
+			}
+		}
+		fs.DurationVar(p, name, *p, fmt.Sprintf("%s (env %s)", usage, env))
+	}
+	num := func(p *int, name, env, usage string) {
+		if v := getenv(env); v != "" {
+			n, err := strconv.Atoi(v)
+			if err != nil {
+				o.envErrs = append(o.envErrs, fmt.Errorf("%s: %w", env, err))
+			} else {
+				*p = n
+			}
+		}
+		fs.IntVar(p, name, *p, fmt.Sprintf("%s (env %s)", usage, env))
+	}
+	str(&o.OnboardingQueue, "onboarding-queue", "ONBOARDING_QUEUE", "onboarding queue name or URL")
+	str(&o.OffboardingQueue, "offboarding-queue", "OFFBOARDING_QUEUE", "offboarding queue name or URL")
+	str(&o.DeploymentQueue, "deployment-queue", "DEPLOYMENT_QUEUE", "deployment queue name or URL")
+	str(&o.GitRepoURL, "git-repo-url", "GIT_REPO_URL", "GitOps repository URL, without credentials (required)")
+	str(&o.GitBranch, "git-branch", "GIT_BRANCH", "branch Flux watches")
+	str(&o.GitUsername, "git-username", "GIT_USERNAME", "user name sent with the token")
+	str(&o.GitTokenFile, "git-token-file", "GIT_TOKEN_FILE", "file holding the git token (or set GIT_TOKEN; there is no token flag)")
+	str(&o.GitAuthorName, "git-author-name", "GIT_AUTHOR_NAME", "commit author name")
+	str(&o.GitAuthorEmail, "git-author-email", "GIT_AUTHOR_EMAIL", "commit author email")
+	str(&o.GitopsRoot, "gitops-root", "GITOPS_ROOT", "folder of tier-templates/, tenants/ and pooled-envs/ in the repository")
+	str(&o.GitCloneDir, "git-clone-dir", "GIT_CLONE_DIR", "where the clone is kept; empty keeps it in memory")
+	dur(&o.GitTimeout, "git-timeout", "GIT_TIMEOUT", "timeout of each fetch and push")
+	num(&o.PushAttempts, "push-attempts", "PUSH_ATTEMPTS", "push attempts per message when other writers move the branch")
+	dur(&o.WaitTime, "sqs-wait-time", "SQS_WAIT_TIME", "long-poll wait of each receive (at most 20s)")
+	num(&o.MaxMessages, "sqs-max-messages", "SQS_MAX_MESSAGES", "messages per receive (1 to 10)")
+	dur(&o.VisibilityTimeout, "sqs-visibility-timeout", "SQS_VISIBILITY_TIMEOUT", "visibility timeout of received messages")
+	dur(&o.RetryDelay, "retry-delay", "RETRY_DELAY", "first redelivery delay after a transient failure; doubles per receive")
+	dur(&o.MaxRetryDelay, "max-retry-delay", "MAX_RETRY_DELAY", "longest redelivery delay")
+	dur(&o.ShutdownGrace, "shutdown-grace", "SHUTDOWN_GRACE", "time to finish the message in hand on SIGTERM")
+	str(&o.HTTPAddr, "http-addr", "HTTP_ADDR", "address serving /metrics, /healthz and /readyz")
+	str(&o.LogLevel, "log-level", "LOG_LEVEL", "debug, info, warn or error")
+	str(&o.LogFormat, "log-format", "LOG_FORMAT", "json or console")
+	o.GitToken = getenv("GIT_TOKEN")
+}
+
+// Validate reports every problem at once.
+func (o *Options) Validate() error {
+	errs := append([]error{}, o.envErrs...)
+	need := func(v, name string) {
+		if strings.TrimSpace(v) == "" {
+			errs = append(errs, fmt.Errorf("%s is required", name))
+		}
+	}
+	need(o.OnboardingQueue, "ONBOARDING_QUEUE")
+	need(o.OffboardingQueue, "OFFBOARDING_QUEUE")
+	need(o.DeploymentQueue, "DEPLOYMENT_QUEUE")
+	need(o.GitBranch, "GIT_BRANCH")
+	need(o.GitAuthorName, "GIT_AUTHOR_NAME")
+	need(o.GitAuthorEmail, "GIT_AUTHOR_EMAIL")
+	if o.GitRepoURL == "" {
+		errs = append(errs, errors.New("GIT_REPO_URL is required"))
+	} else if u, err := url.Parse(o.GitRepoURL); err != nil {
+		errs = append(errs, errors.New("GIT_REPO_URL is not a URL"))
+	} else {
+		if u.User != nil {
+			errs = append(errs, errors.New("GIT_REPO_URL must not hold credentials: put the token in GIT_TOKEN_FILE or GIT_TOKEN"))
+		}
+		if u.Scheme != "http" && u.Scheme != "https" && u.Scheme != "file" {
+			errs = append(errs, fmt.Errorf("GIT_REPO_URL scheme %q is not supported (http, https or file)", u.Scheme))
+		}
+	}
+	if o.GitToken != "" && o.GitTokenFile != "" {
+		errs = append(errs, errors.New("set GIT_TOKEN or GIT_TOKEN_FILE, not both"))
+	}
+	if strings.HasPrefix(o.GitopsRoot, "/") || strings.Contains("/"+o.GitopsRoot+"/", "/../") {
+		errs = append(errs, fmt.Errorf("GITOPS_ROOT %q must be a relative path inside the repository", o.GitopsRoot))
+	}
+	if o.MaxMessages < 1 || o.MaxMessages > 10 {
+		errs = append(errs, fmt.Errorf("SQS_MAX_MESSAGES must be 1 to 10, not %d", o.MaxMessages))
+	}
+	if o.WaitTime < 0 || o.WaitTime > 20*time.Second {
+		errs = append(errs, fmt.Errorf("SQS_WAIT_TIME must be 0s to 20s, not %s", o.WaitTime))
+	}
+	if o.VisibilityTimeout < time.Second || o.VisibilityTimeout > 12*time.Hour {
+		errs = append(errs, fmt.Errorf("SQS_VISIBILITY_TIMEOUT must be 1s to 12h, not %s", o.VisibilityTimeout))
+	}
+	if o.PushAttempts < 1 {
+		errs = append(errs, fmt.Errorf("PUSH_ATTEMPTS must be at least 1, not %d", o.PushAttempts))
+	}
+	for name, d := range map[string]time.Duration{"GIT_TIMEOUT": o.GitTimeout, "RETRY_DELAY": o.RetryDelay,
+		"MAX_RETRY_DELAY": o.MaxRetryDelay, "SHUTDOWN_GRACE": o.ShutdownGrace} {
+		if d <= 0 {
+			errs = append(errs, fmt.Errorf("%s must be positive, not %s", name, d))
+		}
+	}
+	switch o.LogFormat {
+	case "json", "console":
+	default:
+		errs = append(errs, fmt.Errorf("LOG_FORMAT must be json or console, not %q", o.LogFormat))
+	}
+	return errors.Join(errs...)
+}
+
+// Token returns the git token from GIT_TOKEN or the file GIT_TOKEN_FILE.
+func (o *Options) Token() (string, error) {
+	if o.GitTokenFile == "" {
+		return strings.TrimSpace(o.GitToken), nil
+	}
+	b, err := os.ReadFile(o.GitTokenFile)
+	if err != nil {
+		return "", fmt.Errorf("read GIT_TOKEN_FILE: %w", err)
+	}
+	tok := strings.TrimSpace(string(b))
+	if tok == "" {
+		return "", fmt.Errorf("GIT_TOKEN_FILE %s is empty", o.GitTokenFile)
+	}
+	return tok, nil
+}

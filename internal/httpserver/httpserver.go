@@ -1,0 +1,41 @@
+// Package httpserver serves the worker's operational endpoints: /metrics for
+// Prometheus, /healthz for liveness and /readyz for readiness.
+package httpserver
+
+import (
+	"net/http"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+)
+
+// Paths served; the Helm chart's probes point at these.
+const (
+	MetricsPath = "/metrics"
+	HealthPath  = "/healthz"
+	ReadyPath   = "/readyz"
+)
+
+// Handler returns the endpoints. ready reports why the worker is not ready
+// yet, or nil once it is.
+func Handler(g prometheus.Gatherer, ready func() error) http.Handler {
+	mux := http.NewServeMux()
+	mux.Handle(MetricsPath, promhttp.HandlerFor(g, promhttp.HandlerOpts{}))
+	mux.HandleFunc(HealthPath, func(w http.ResponseWriter, _ *http.Request) {
+		_, _ = w.Write([]byte("ok\n"))
+	})
+	mux.HandleFunc(ReadyPath, func(w http.ResponseWriter, _ *http.Request) {
+		if err := ready(); err != nil {
+			http.Error(w, "not ready: "+err.Error(), http.StatusServiceUnavailable)
+			return
+		}
+		_, _ = w.Write([]byte("ready\n"))
+	})
+	return mux
+}
+
+// New returns a server for addr with sane timeouts.
+func New(addr string, h http.Handler) *http.Server {
+	return &http.Server{Addr: addr, Handler: h, ReadHeaderTimeout: 5 * time.Second, IdleTimeout: time.Minute}
+}

@@ -1,0 +1,105 @@
+// Package queue consumes an SQS queue with long polling and settles each
+// message the way its handler decides: delete it, dead-letter it, or leave it
+// for redelivery after a backoff.
+package queue
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/url"
+	"strings"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/sqs"
+	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
+)
+
+// API is the part of the SQS client the worker uses. The IAM policy in
+// deploy/ grants exactly these calls.
+type API interface {
+	GetQueueUrl(ctx context.Context, in *sqs.GetQueueUrlInput, opts ...func(*sqs.Options)) (*sqs.GetQueueUrlOutput, error)
+	GetQueueAttributes(ctx context.Context, in *sqs.GetQueueAttributesInput, opts ...func(*sqs.Options)) (*sqs.GetQueueAttributesOutput, error)
+	ReceiveMessage(ctx context.Context, in *sqs.ReceiveMessageInput, opts ...func(*sqs.Options)) (*sqs.ReceiveMessageOutput, error)
+	DeleteMessage(ctx context.Context, in *sqs.DeleteMessageInput, opts ...func(*sqs.Options)) (*sqs.DeleteMessageOutput, error)
+	ChangeMessageVisibility(ctx context.Context, in *sqs.ChangeMessageVisibilityInput, opts ...func(*sqs.Options)) (*sqs.ChangeMessageVisibilityOutput, error)
+	SendMessage(ctx context.Context, in *sqs.SendMessageInput, opts ...func(*sqs.Options)) (*sqs.SendMessageOutput, error)
+}
+
+// Queue is a resolved SQS queue.
+type Queue struct {
+	// Name is the queue's name, used in logs and metric labels.
+	Name string
+	URL  string
+	// DeadLetterURL is the dead-letter queue named by the queue's redrive
+	// policy; empty when it has none.
+	DeadLetterURL string
+}
+
+// FIFO reports whether the queue is a FIFO queue.
+func (q *Queue) FIFO() bool { return strings.HasSuffix(q.Name, ".fifo") }
+
+// Resolve finds a queue by name or URL and its dead-letter queue.
+func Resolve(ctx context.Context, api API, nameOrURL string) (*Queue, error) {
+	q := &Queue{Name: nameOrURL}
+	if strings.HasPrefix(nameOrURL, "https://") || strings.HasPrefix(nameOrURL, "http://") {
+		u, err := url.Parse(nameOrURL)
+		if err != nil {
+			return nil, fmt.Errorf("queue URL %q: %w", nameOrURL, err)
+		}
+		q.URL = nameOrURL
+		q.Name = u.Path[strings.LastIndex(u.Path, "/")+1:]
+	} else {
+		out, err := api.GetQueueUrl(ctx, &sqs.GetQueueUrlInput{QueueName: aws.String(nameOrURL)})
+		if err != nil {
+			return nil, fmt.Errorf("find queue %s: %w", nameOrURL, err)
+		}
+		q.URL = aws.ToString(out.QueueUrl)
+	}
+	attrs, err := api.GetQueueAttributes(ctx, &sqs.GetQueueAttributesInput{
+		QueueUrl:       aws.String(q.URL),
+		AttributeNames: []types.QueueAttributeName{types.QueueAttributeNameRedrivePolicy},
+	})
+	if err != nil {
+		return nil, fmt.Errorf("read attributes of queue %s: %w", q.Name, err)
+	}
+	if policy := attrs.Attributes[string(types.QueueAttributeNameRedrivePolicy)]; policy != "" {
+		if q.DeadLetterURL, err = deadLetterURL(ctx, api, policy); err != nil {
+			return nil, fmt.Errorf("queue %s: %w", q.Name, err)
+		}
+	}
+	return q, nil
+}
+
+// deadLetterURL looks up the queue a redrive policy names by ARN
+// (arn:aws:sqs:region:account:name).
+func deadLetterURL(ctx context.Context, api API, policy string) (string, error) {
+	var p struct {
+		DeadLetterTargetArn string `json:"deadLetterTargetArn"`
+	}
+	if err := json.Unmarshal([]byte(policy), &p); err != nil {
+		return "", fmt.Errorf("parse redrive policy: %w", err)
+	}
+	parts := strings.Split(p.DeadLetterTargetArn, ":")
+	if len(parts) != 6 || parts[0] != "arn" || parts[2] != "sqs" {
+		return "", fmt.Errorf("redrive policy names %q, not an SQS queue ARN", p.DeadLetterTargetArn)
+	}
+	in := &sqs.GetQueueUrlInput{QueueName: aws.String(parts[5])}
+	if parts[4] != "" {
+		in.QueueOwnerAWSAccountId = aws.String(parts[4])
+	}
+	out, err := api.GetQueueUrl(ctx, in)
+	if err != nil {
+		return "", fmt.Errorf("find dead-letter queue %s: %w", parts[5], err)
+	}
+	return aws.ToString(out.QueueUrl), nil
+}
+
+// isGone reports whether an SQS error means the message is already settled:
+// its receipt handle is no longer valid, so there is nothing left to do.
+func isGone(err error) bool {
+	var invalid *types.ReceiptHandleIsInvalid
+	var notInflight *types.MessageNotInflight
+	return errors.As(err, &invalid) || errors.As(err, &notInflight)
+}
