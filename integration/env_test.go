@@ -1,0 +1,332 @@
+// Package integration runs the worker against real servers on loopback:
+// fauxqs (an SQS emulator from npm, or TEST_SQS_ENDPOINT such as LocalStack)
+// and git's own smart-HTTP server.
+package integration
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/credentials"
+	"github.com/aws/aws-sdk-go-v2/service/sqs"
+	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
+
+	"github.com/tenant-worker/tenant-worker/internal/app"
+	"github.com/tenant-worker/tenant-worker/internal/config"
+	"github.com/tenant-worker/tenant-worker/internal/fauxqs"
+	"github.com/tenant-worker/tenant-worker/internal/gitserver"
+	"github.com/tenant-worker/tenant-worker/internal/logging"
+	"github.com/tenant-worker/tenant-worker/templates"
+)
+
+// token is the git token of every test server; no output may contain it.
+const token = "tok-7f3a9c1e-never-print-me"
+
+var sqsEndpoint string
+
+func TestMain(m *testing.M) {
+	os.Exit(func() int {
+		sqsEndpoint = os.Getenv("TEST_SQS_ENDPOINT")
+		if sqsEndpoint == "" {
+			srv, err := fauxqs.Start(0)
+			if err != nil {
+				fmt.Fprintln(os.Stderr, "integration tests need fauxqs:", err)
+				return 1
+			}
+			defer srv.Close()
+			sqsEndpoint = srv.Endpoint
+		}
+		return m.Run()
+	}())
+}
+
+func sqsClient() *sqs.Client {
+	return sqs.New(sqs.Options{
+		Region:       "us-east-1",
+		BaseEndpoint: aws.String(sqsEndpoint),
+		Credentials:  credentials.NewStaticCredentialsProvider("test", "test", ""),
+	})
+}
+
+var queueSeq atomic.Int64
+
+// queues are one test's three queues and their dead-letter queues.
+type queues struct {
+	onboarding, offboarding, deployment string // URLs
+	dlq                                 map[string]string
+}
+
+// createQueues makes fresh queues, with dead-letter queues when withDLQ.
+func createQueues(t *testing.T, api *sqs.Client, withDLQ bool) queues {
+	t.Helper()
+	ctx := context.Background()
+	prefix := fmt.Sprintf("t%d-%d", time.Now().UnixNano()%1e9, queueSeq.Add(1))
+	q := queues{dlq: map[string]string{}}
+	for _, kind := range []string{"onboarding", "offboarding", "deployment"} {
+		name := prefix + "-" + kind
+		attrs := map[string]string{}
+		if withDLQ {
+			dlq, err := api.CreateQueue(ctx, &sqs.CreateQueueInput{QueueName: aws.String(name + "-dlq")})
+			if err != nil {
+				t.Fatal(err)
+			}
+			a, err := api.GetQueueAttributes(ctx, &sqs.GetQueueAttributesInput{QueueUrl: dlq.QueueUrl,
+				AttributeNames: []types.QueueAttributeName{types.QueueAttributeNameQueueArn}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			attrs["RedrivePolicy"] = fmt.Sprintf(`{"deadLetterTargetArn":%q,"maxReceiveCount":"5"}`, a.Attributes["QueueArn"])
+			q.dlq[kind] = aws.ToString(dlq.QueueUrl)
+		}
+		out, err := api.CreateQueue(ctx, &sqs.CreateQueueInput{QueueName: aws.String(name), Attributes: attrs})
+		if err != nil {
+			t.Fatal(err)
+		}
+		switch kind {
+		case "onboarding":
+			q.onboarding = aws.ToString(out.QueueUrl)
+		case "offboarding":
+			q.offboarding = aws.ToString(out.QueueUrl)
+		default:
+			q.deployment = aws.ToString(out.QueueUrl)
+		}
+	}
+	return q
+}
+
+// syncBuffer collects the worker's log lines.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// lines returns the JSON log lines with field key equal to value.
+func (s *syncBuffer) lines(key, value string) []map[string]any {
+	var out []map[string]any
+	for _, l := range strings.Split(s.String(), "\n") {
+		var m map[string]any
+		if json.Unmarshal([]byte(l), &m) == nil && fmt.Sprint(m[key]) == value {
+			out = append(out, m)
+		}
+	}
+	return out
+}
+
+// harness is one worker with its own git server and queues.
+type harness struct {
+	t        *testing.T
+	api      *sqs.Client
+	git      *gitserver.Server
+	q        queues
+	logs     *syncBuffer
+	httpAddr string
+	cloneDir string
+	stop     func()
+}
+
+const repoName = "gitops.git"
+
+func newHarness(t *testing.T, withDLQ bool) *harness {
+	t.Helper()
+	srv, err := gitserver.Start(t.TempDir(), "127.0.0.1:0", token)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { srv.Close() })
+	if _, err := srv.CreateRepo(repoName, "main", templates.FS); err != nil {
+		t.Fatal(err)
+	}
+	h := &harness{t: t, api: sqsClient(), git: srv, logs: &syncBuffer{}, cloneDir: filepath.Join(t.TempDir(), "clone")}
+	h.q = createQueues(t, h.api, withDLQ)
+	return h
+}
+
+// start runs the worker in this process until the test ends.
+func (h *harness) start() {
+	h.t.Helper()
+	opts := config.Default()
+	opts.OnboardingQueue, opts.OffboardingQueue, opts.DeploymentQueue = h.q.onboarding, h.q.offboarding, h.q.deployment
+	opts.GitRepoURL = h.git.RepoURL(repoName)
+	opts.GitCloneDir = h.cloneDir
+	opts.WaitTime = time.Second
+	opts.RetryDelay = time.Second
+	opts.MaxRetryDelay = 2 * time.Second
+	opts.VisibilityTimeout = 30 * time.Second
+	opts.ShutdownGrace = 5 * time.Second
+	if err := opts.Validate(); err != nil {
+		h.t.Fatal(err)
+	}
+	log, err := logging.New(h.logs, "debug", "json", token)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	h.httpAddr = ln.Addr().String()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		done <- app.Run(ctx, app.Config{Options: opts, Token: token, Logger: log, Listener: ln, SQS: h.api})
+	}()
+	var once sync.Once
+	h.stop = func() {
+		once.Do(func() {
+			cancel()
+			select {
+			case err := <-done:
+				if err != nil {
+					h.t.Errorf("worker: %v", err)
+				}
+			case <-time.After(30 * time.Second):
+				h.t.Error("worker did not stop within 30s")
+			}
+		})
+	}
+	h.t.Cleanup(h.stop)
+	h.waitFor("worker ready", 20*time.Second, func() bool {
+		return h.httpGet("/readyz") == "ready\n"
+	})
+}
+
+func (h *harness) httpGet(path string) string {
+	resp, err := http.Get("http://" + h.httpAddr + path)
+	if err != nil {
+		return ""
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return string(b)
+}
+
+// send puts body on a queue and returns the message id.
+func (h *harness) send(queueURL, body string) string {
+	h.t.Helper()
+	out, err := h.api.SendMessage(context.Background(), &sqs.SendMessageInput{QueueUrl: aws.String(queueURL), MessageBody: aws.String(body)})
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	return aws.ToString(out.MessageId)
+}
+
+// waitFor polls cond every 50 ms until it holds or timeout passes.
+func (h *harness) waitFor(what string, timeout time.Duration, cond func() bool) {
+	h.t.Helper()
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			h.t.Fatalf("timed out after %s waiting for %s\nworker log:\n%s", timeout, what, tail(h.logs.String(), 4000))
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+func tail(s string, n int) string {
+	if len(s) > n {
+		return s[len(s)-n:]
+	}
+	return s
+}
+
+// outcome waits for the worker's log line about message id and returns it.
+func (h *harness) outcome(id string) map[string]any {
+	h.t.Helper()
+	var line map[string]any
+	h.waitFor("outcome of message "+id, 20*time.Second, func() bool {
+		for _, l := range h.logs.lines("message_id", id) {
+			switch l["message"] {
+			case "tenant change pushed", "already carried out; nothing to push", "message rejected":
+				line = l
+				return true
+			}
+		}
+		return false
+	})
+	return line
+}
+
+// git runs a git command against the bare repository.
+func (h *harness) gitOut(args ...string) string {
+	h.t.Helper()
+	out, err := h.git.Output(repoName, args...)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	return out
+}
+
+// file returns a file on the remote branch, or "<absent>".
+func (h *harness) file(path string) string {
+	out, err := h.git.Output(repoName, "show", "main:"+templates.Root+"/"+path)
+	if err != nil {
+		return "<absent>"
+	}
+	return out
+}
+
+func (h *harness) head() string { return strings.TrimSpace(h.gitOut("rev-parse", "main")) }
+
+// queueCount returns visible plus in-flight plus delayed messages of a queue.
+func (h *harness) queueCount(url string) int {
+	h.t.Helper()
+	out, err := h.api.GetQueueAttributes(context.Background(), &sqs.GetQueueAttributesInput{
+		QueueUrl: aws.String(url), AttributeNames: []types.QueueAttributeName{types.QueueAttributeNameAll},
+	})
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	n := 0
+	for _, k := range []string{"ApproximateNumberOfMessages", "ApproximateNumberOfMessagesNotVisible", "ApproximateNumberOfMessagesDelayed"} {
+		var v int
+		fmt.Sscan(out.Attributes[k], &v)
+		n += v
+	}
+	return n
+}
+
+// deadLetters drains a dead-letter queue: body to reason.
+func (h *harness) deadLetters(url string, want int) map[string]types.Message {
+	h.t.Helper()
+	got := map[string]types.Message{}
+	h.waitFor(fmt.Sprintf("%d dead letters", want), 20*time.Second, func() bool {
+		out, err := h.api.ReceiveMessage(context.Background(), &sqs.ReceiveMessageInput{
+			QueueUrl: aws.String(url), MaxNumberOfMessages: 10, WaitTimeSeconds: 1,
+			MessageAttributeNames: []string{"All"},
+		})
+		if err != nil {
+			h.t.Fatal(err)
+		}
+		for _, m := range out.Messages {
+			got[aws.ToString(m.MessageAttributes["source_message_id"].StringValue)] = m
+			_, _ = h.api.DeleteMessage(context.Background(), &sqs.DeleteMessageInput{QueueUrl: aws.String(url), ReceiptHandle: m.ReceiptHandle})
+		}
+		return len(got) >= want
+	})
+	return got
+}
