@@ -1,0 +1,135 @@
+package integration
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+var (
+	buildOnce sync.Once
+	binPath   string
+	buildErr  error
+)
+
+// workerBinary builds cmd/tenant-worker once per test run.
+func workerBinary(t *testing.T) string {
+	t.Helper()
+	buildOnce.Do(func() {
+		dir, err := os.MkdirTemp("", "tenant-worker-bin-")
+		if err != nil {
+			buildErr = err
+			return
+		}
+		binPath = filepath.Join(dir, "tenant-worker")
+		out, err := exec.Command("go", "build", "-o", binPath, "../cmd/tenant-worker").CombinedOutput()
+		if err != nil {
+			buildErr = err
+			binPath = string(out)
+		}
+	})
+	if buildErr != nil {
+		t.Fatalf("build tenant-worker: %v\n%s", buildErr, binPath)
+	}
+	return binPath
+}
+
+// process is the worker binary running as a child process.
+type process struct {
+	cmd  *exec.Cmd
+	logs *syncBuffer
+	done chan error
+}
+
+// startBinary runs `tenant-worker run` configured only through the
+// environment, as a Deployment would.
+func (h *harness) startBinary(extraEnv ...string) *process {
+	h.t.Helper()
+	tokenFile := filepath.Join(h.t.TempDir(), "git-token")
+	if err := os.WriteFile(tokenFile, []byte(token+"\n"), 0o600); err != nil {
+		h.t.Fatal(err)
+	}
+	cmd := exec.Command(workerBinary(h.t), "run")
+	cmd.Env = append([]string{
+		"PATH=" + os.Getenv("PATH"), "HOME=" + os.TempDir(),
+		"AWS_REGION=us-east-1", "AWS_ACCESS_KEY_ID=test", "AWS_SECRET_ACCESS_KEY=test",
+		"AWS_ENDPOINT_URL_SQS=" + sqsEndpoint,
+		"ONBOARDING_QUEUE=" + queueName(h.q.onboarding),
+		"OFFBOARDING_QUEUE=" + h.q.offboarding,
+		"DEPLOYMENT_QUEUE=" + h.q.deployment,
+		"GIT_REPO_URL=" + h.git.RepoURL(repoName),
+		"GIT_TOKEN_FILE=" + tokenFile,
+		"GIT_CLONE_DIR=" + h.cloneDir,
+		"HTTP_ADDR=127.0.0.1:0",
+		"SQS_WAIT_TIME=1s", "RETRY_DELAY=1s", "MAX_RETRY_DELAY=2s", "SHUTDOWN_GRACE=5s",
+	}, extraEnv...)
+	p := &process{cmd: cmd, logs: &syncBuffer{}, done: make(chan error, 1)}
+	cmd.Stdout, cmd.Stderr = p.logs, p.logs
+	if err := cmd.Start(); err != nil {
+		h.t.Fatal(err)
+	}
+	go func() { p.done <- cmd.Wait() }()
+	h.t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		<-p.done
+	})
+	h.logs = p.logs
+	h.waitFor("worker consuming its queues", 20*time.Second, func() bool {
+		return len(p.logs.lines("message", "consuming queue")) == 3
+	})
+	return p
+}
+
+func TestBinaryConfiguredByEnvironment(t *testing.T) {
+	h := newHarness(t, true)
+	p := h.startBinary()
+	line := h.outcome(h.send(h.q.onboarding, `{"tenant_id":"tenant-1","tenant_tier":"premium","release_version":"0.0"}`))
+	if line["message"] != "tenant change pushed" || line["commit"] != h.head() {
+		t.Fatalf("outcome: %v", line)
+	}
+	for _, field := range []string{"message_id", "queue", "tenant", "tier", "commit", "time", "level"} {
+		if _, ok := line[field]; !ok {
+			t.Errorf("log line lacks %q: %v", field, line)
+		}
+	}
+	// SIGTERM: stop receiving, finish, exit 0.
+	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-p.done:
+		p.done <- err // for the cleanup
+		if err != nil {
+			t.Fatalf("exit after SIGTERM: %v\n%s", err, p.logs.String())
+		}
+	case <-time.After(15 * time.Second):
+		t.Fatal("worker did not stop after SIGTERM")
+	}
+	if len(p.logs.lines("message", "stopped")) != 1 {
+		t.Fatalf("no clean stop logged:\n%s", p.logs.String())
+	}
+	if strings.Contains(p.logs.String(), token) {
+		t.Fatal("the binary printed the git token")
+	}
+	assertNoToken(t, h)
+}
+
+func TestBinaryRefusesBadSettings(t *testing.T) {
+	cmd := exec.Command(workerBinary(t), "run")
+	cmd.Env = []string{"GIT_REPO_URL=https://admin:" + token + "@gitea/x.git", "SQS_MAX_MESSAGES=0"}
+	out, err := cmd.CombinedOutput()
+	if code := cmd.ProcessState.ExitCode(); err == nil || code != 2 {
+		t.Fatalf("exit code %d, want 2\n%s", code, out)
+	}
+	if !strings.Contains(string(out), "must not hold credentials") || !strings.Contains(string(out), "SQS_MAX_MESSAGES") {
+		t.Fatalf("output:\n%s", out)
+	}
+	if strings.Contains(string(out), token) {
+		t.Fatal("error output shows the token from the URL")
+	}
+}

@@ -1,0 +1,84 @@
+package config
+
+import (
+	"flag"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+func bind(t *testing.T, env map[string]string, args ...string) (Options, error) {
+	t.Helper()
+	o := Default()
+	fs := flag.NewFlagSet("run", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	o.Bind(fs, func(k string) string { return env[k] })
+	if err := fs.Parse(args); err != nil {
+		return o, err
+	}
+	return o, o.Validate()
+}
+
+func TestEnvAndFlags(t *testing.T) {
+	o, err := bind(t, map[string]string{
+		"GIT_REPO_URL": "http://127.0.0.1:3000/admin/gitops.git", "GIT_BRANCH": "prod",
+		"SQS_VISIBILITY_TIMEOUT": "5m", "ONBOARDING_QUEUE": "https://sqs.eu-west-1.amazonaws.com/1/q",
+	}, "--git-branch", "flagged")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o.GitBranch != "flagged" {
+		t.Errorf("flag did not win over env: %q", o.GitBranch)
+	}
+	if o.VisibilityTimeout != 5*time.Minute || o.OnboardingQueue != "https://sqs.eu-west-1.amazonaws.com/1/q" {
+		t.Errorf("env not applied: %+v", o)
+	}
+	if o.DeploymentQueue != "argoworkflows-deployment-queue" || o.GitopsRoot != "application-plane/production" {
+		t.Errorf("defaults lost: %+v", o)
+	}
+}
+
+func TestValidateReportsEverything(t *testing.T) {
+	_, err := bind(t, map[string]string{
+		"GIT_REPO_URL": "https://admin:secret@gitea/x.git", "SQS_MAX_MESSAGES": "11", "GIT_TIMEOUT": "soon",
+		"GITOPS_ROOT": "../etc", "LOG_FORMAT": "xml", "GIT_TOKEN": "a", "GIT_TOKEN_FILE": "/f",
+	})
+	if err == nil {
+		t.Fatal("bad settings accepted")
+	}
+	for _, want := range []string{"must not hold credentials", "SQS_MAX_MESSAGES", "GIT_TIMEOUT", "GITOPS_ROOT",
+		"LOG_FORMAT", "not both"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error lacks %q:\n%v", want, err)
+		}
+	}
+	if strings.Contains(err.Error(), "secret") {
+		t.Error("error repeats the password from the URL")
+	}
+	if _, err := bind(t, nil); err == nil || !strings.Contains(err.Error(), "GIT_REPO_URL is required") {
+		t.Fatalf("missing GIT_REPO_URL: %v", err)
+	}
+}
+
+func TestToken(t *testing.T) {
+	f := filepath.Join(t.TempDir(), "token")
+	if err := os.WriteFile(f, []byte("abc123\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	o := Options{GitTokenFile: f}
+	if tok, err := o.Token(); err != nil || tok != "abc123" {
+		t.Fatalf("Token = %q, %v", tok, err)
+	}
+	o = Options{GitToken: " env-token "}
+	if tok, _ := o.Token(); tok != "env-token" {
+		t.Fatalf("Token = %q", tok)
+	}
+	empty := filepath.Join(t.TempDir(), "empty")
+	_ = os.WriteFile(empty, nil, 0o600)
+	if _, err := (&Options{GitTokenFile: empty}).Token(); err == nil {
+		t.Fatal("empty token file accepted")
+	}
+}
