@@ -206,3 +206,12 @@ func (r *Repo) Push(ctx context.Context, parent, commit plumbing.Hash) error {
 	r.head = commit
 	return r.repo.Storer.SetReference(plumbing.NewHashReference(r.trackingRef(), commit))
 }
+
+// CommitInfo returns the parents and message of a commit.
+func (r *Repo) CommitInfo(h plumbing.Hash) ([]plumbing.Hash, string, error) {
+	c, err := r.repo.CommitObject(h)
+	if err != nil {
+		return nil, "", fmt.Errorf("read commit %s: %w", h, err)
+	}
+	return c.ParentHashes, c.Message, nil
+}

@@ -1,8 +1,8 @@
-// Package pipeline carries out one request against the GitOps repository:
-// sync the clone, render the change, commit it, validate the committed tree,
-// push. One Pipeline
-// serves one repository and branch and runs one request at a time; its lock
-// stands in for the Argo Workflows mutex of the reference platform.
+// Package pipeline carries out requests against the GitOps repository: sync
+// the clone, render each change, commit it, validate the committed tree, and
+// push the new commits together. One Pipeline serves one repository and
+// branch and runs one batch at a time; its lock stands in for the Argo
+// Workflows mutex of the reference platform.
 package pipeline
 
 import (
@@ -19,6 +19,7 @@ import (
 	"github.com/tenant-worker/tenant-worker/internal/gitrepo"
 	"github.com/tenant-worker/tenant-worker/internal/message"
 	"github.com/tenant-worker/tenant-worker/internal/metrics"
+	"github.com/tenant-worker/tenant-worker/internal/reject"
 	"github.com/tenant-worker/tenant-worker/internal/validate"
 )
 
@@ -27,59 +28,68 @@ type Repository interface {
 	Fetch(ctx context.Context) (plumbing.Hash, error)
 	Snapshot(commit plumbing.Hash) (*gitrepo.Snapshot, error)
 	Commit(parent plumbing.Hash, files map[string][]byte, msg string) (plumbing.Hash, error)
+	CommitInfo(h plumbing.Hash) ([]plumbing.Hash, string, error)
 	Push(ctx context.Context, parent, commit plumbing.Hash) error
 }
 
-// State is what the steps of one attempt share.
-type State struct {
+// Job is one request of a batch, with the message it came from.
+type Job struct {
 	Request message.Request
-	Base    plumbing.Hash     // the branch head the change is computed on
-	Before  *gitrepo.Snapshot // the tree at Base
-	Change  gitops.Change
-	Commit  plumbing.Hash
-	// Done ends the attempt early with success (nothing to push).
-	Done bool
+	// MessageID and Queue are recorded as trailers on the commit, so a
+	// redelivered message is recognised after a crash or by another replica.
+	MessageID string
+	Queue     string
+	// Group is the FIFO message group, empty for standard queues. A failed
+	// job stops the later jobs of its group, to keep their order.
+	Group string
 }
 
-// Step is one stage of an attempt.
-type Step interface {
-	Name() string
-	Run(ctx context.Context, s *State) error
-}
-
-// Result is the outcome of a request that succeeded.
+// Result is the outcome of one job.
 type Result struct {
+	// Err is nil on success. A reject.Error means the request can never
+	// succeed; ErrSkipped and other errors are transient.
+	Err error
+	// Applied is true when a commit carrying the request was pushed.
+	Applied bool
+	// Duplicate is true when the message had already been applied (its id
+	// is in the branch's recent history).
+	Duplicate bool
 	// Commit is the pushed commit, or the branch head for a no-op.
 	Commit plumbing.Hash
-	// Applied is false when the request was already carried out.
-	Applied bool
-	// Message is the commit message.
+	// Message is the commit message subject.
 	Message string
-	// Attempts counts pushes tried (0 for a no-op).
+	// Attempts counts push attempts.
 	Attempts int
-	// Steps holds the total time spent in each step.
-	Steps map[string]time.Duration
 }
+
+// ErrSkipped marks a job not tried because an earlier job of its FIFO group
+// failed in the same batch.
+var ErrSkipped = errors.New("skipped to keep the order of its message group")
 
 // Options configure a Pipeline.
 type Options struct {
 	Layout gitops.Layout
-	// MaxAttempts bounds the push attempts of one request after lost races.
+	// MaxAttempts bounds the push attempts of one batch after lost races.
 	MaxAttempts int
 	// RetryDelay is the base of the jittered delay between attempts.
 	RetryDelay time.Duration
+	// HistoryDepth is how many recent commits are searched for the message
+	// id trailers of redelivered messages.
+	HistoryDepth int
 }
 
-// Pipeline applies requests to one repository and branch, one at a time.
+// Pipeline applies batches of jobs to one repository and branch, one batch
+// at a time.
 type Pipeline struct {
 	repo    Repository
 	opts    Options
-	steps   []Step
+	checker validate.Checker
 	metrics *metrics.Metrics
+	history *history
 	lock    chan struct{}
 }
 
-// New builds the pipeline: sync, render, commit, validate, push.
+// New builds a pipeline.
 func New(repo Repository, opts Options, m *metrics.Metrics) *Pipeline {
 	if opts.MaxAttempts <= 0 {
 		opts.MaxAttempts = 5
@@ -87,29 +97,37 @@ func New(repo Repository, opts Options, m *metrics.Metrics) *Pipeline {
 	if opts.RetryDelay <= 0 {
 		opts.RetryDelay = 50 * time.Millisecond
 	}
+	if opts.HistoryDepth <= 0 {
+		opts.HistoryDepth = 1000
+	}
 	return &Pipeline{
-		repo: repo,
-		opts: opts,
-		steps: []Step{
-			syncStep{repo: repo},
-			renderStep{layout: opts.Layout},
-			commitStep{repo: repo},
-			validateStep{repo: repo, checker: validate.Checker{Layout: opts.Layout}},
-			pushStep{repo: repo, metrics: m},
-		},
+		repo:    repo,
+		opts:    opts,
+		checker: validate.Checker{Layout: opts.Layout},
 		metrics: m,
+		history: newHistory(repo, opts.HistoryDepth),
 		lock:    make(chan struct{}, 1),
 	}
 }
 
-// Apply carries out req. A reject.Error means the request can never succeed;
-// any other error is transient.
-func (p *Pipeline) Apply(ctx context.Context, req message.Request) (Result, error) {
+// ApplyOne carries out a single request.
+func (p *Pipeline) ApplyOne(ctx context.Context, req message.Request) Result {
+	return p.Apply(ctx, []Job{{Request: req}})[0]
+}
+
+// Apply carries out jobs in order: each applied job gets its own commit, and
+// all of them are pushed at once. It returns one result per job.
+func (p *Pipeline) Apply(ctx context.Context, jobs []Job) []Result {
+	results := make([]Result, len(jobs))
 	waited := time.Now()
 	select {
 	case p.lock <- struct{}{}:
 	case <-ctx.Done():
-		return Result{}, fmt.Errorf("wait for the repository lock: %w", context.Cause(ctx))
+		err := fmt.Errorf("wait for the repository lock: %w", context.Cause(ctx))
+		for i := range results {
+			results[i].Err = err
+		}
+		return results
 	}
 	// The lock is a buffered channel released by this defer: it cannot leak
 	// past the call, whatever happens inside.
@@ -117,50 +135,95 @@ func (p *Pipeline) Apply(ctx context.Context, req message.Request) (Result, erro
 	p.metrics.LockWait.Observe(time.Since(waited).Seconds())
 
 	log := zerolog.Ctx(ctx)
-	res := Result{Steps: map[string]time.Duration{}}
 	for attempt := 1; ; attempt++ {
-		s := &State{Request: req}
-		err := p.attempt(ctx, s, res.Steps)
-		if s.Change.Message != "" {
-			res.Message = s.Change.Message
-		}
-		if err == nil {
-			res.Applied = !s.Done
-			res.Commit = s.Commit
-			if s.Done {
-				res.Commit = s.Base
-			} else {
-				res.Attempts = attempt
-			}
-			return res, nil
-		}
-		if !gitrepo.IsConflict(err) || attempt >= p.opts.MaxAttempts {
-			res.Attempts = attempt
-			return res, err
+		b := &batch{p: p, jobs: jobs, results: make([]Result, len(jobs))}
+		err := b.run(ctx)
+		if err == nil || !gitrepo.IsConflict(err) || attempt >= p.opts.MaxAttempts {
+			return b.finish(err, attempt)
 		}
 		delay := p.opts.RetryDelay*time.Duration(attempt) + rand.N(p.opts.RetryDelay)
 		log.Info().Err(err).Int("attempt", attempt).Dur("retry_in", delay).Msg("push lost a race; re-applying on the new head")
 		if err := sleep(ctx, delay); err != nil {
-			return res, err
+			for i := range results {
+				results[i] = Result{Err: err, Attempts: attempt}
+			}
+			return results
 		}
 	}
 }
 
-func (p *Pipeline) attempt(ctx context.Context, s *State, spent map[string]time.Duration) error {
-	for _, step := range p.steps {
-		start := time.Now()
-		err := step.Run(ctx, s)
-		d := time.Since(start)
-		spent[step.Name()] += d
-		p.metrics.StepDuration.WithLabelValues(step.Name()).Observe(d.Seconds())
-		if err != nil {
-			return err
-		}
-		if s.Done {
-			return nil
+// batch is one attempt at a batch of jobs.
+type batch struct {
+	p       *Pipeline
+	jobs    []Job
+	results []Result
+	// pending marks jobs whose commit waits for the push.
+	pending []bool
+	base    plumbing.Hash // the remote head the attempt started from
+	tip     plumbing.Hash // the last commit of the attempt
+}
+
+// finish turns the attempt's per-job results into final ones, given how
+// the push went.
+func (b *batch) finish(pushErr error, attempt int) []Result {
+	first := -1 // the first job whose commit waited for the push
+	for i, pending := range b.pending {
+		if pending {
+			first = i
+			break
 		}
 	}
-	return nil
+	for i := range b.results {
+		r := &b.results[i]
+		r.Attempts = attempt
+		switch {
+		case first < 0 || i < first:
+			// Decided on the remote head itself: stands whatever the push did.
+		case pushErr != nil:
+			// Decided on top of commits that were not pushed: all void.
+			*r = Result{Err: pushErr, Attempts: attempt}
+		case b.pending[i]:
+			r.Applied = true
+		}
+	}
+	return b.results
+}
+
+func (b *batch) run(ctx context.Context) error {
+	b.pending = make([]bool, len(b.jobs))
+	if err := b.timed("sync", func() error { return b.sync(ctx) }); err != nil {
+		for i := range b.results {
+			b.results[i].Err = err
+		}
+		return nil // every job failed alike; nothing to push
+	}
+	failedGroups := map[string]bool{}
+	for i, job := range b.jobs {
+		if job.Group != "" && failedGroups[job.Group] {
+			b.results[i].Err = ErrSkipped
+			continue
+		}
+		b.applyJob(ctx, i)
+		// A rejected message is settled for good; only a transient failure,
+		// which will be redelivered, must hold back the rest of its group.
+		if err := b.results[i].Err; err != nil && job.Group != "" {
+			if _, rejected := reject.As(err); !rejected {
+				failedGroups[job.Group] = true
+			}
+		}
+	}
+	if b.tip == b.base {
+		return nil
+	}
+	return b.timed("push", func() error { return b.push(ctx) })
+}
+
+// timed runs one step and records its duration.
+func (b *batch) timed(step string, fn func() error) error {
+	start := time.Now()
+	err := fn()
+	b.p.metrics.StepDuration.WithLabelValues(step).Observe(time.Since(start).Seconds())
+	return err
 }
 
 // sleep waits for d or until ctx is done.

@@ -2,6 +2,7 @@ package pipeline
 
 import (
 	"context"
+	"errors"
 	"io/fs"
 	"net/http"
 	"strings"
@@ -49,11 +50,17 @@ func setup(t *testing.T) env {
 
 func apply(t *testing.T, e env, kind message.Kind, body string) (Result, error) {
 	t.Helper()
+	res := e.p.ApplyOne(context.Background(), decode(t, kind, body))
+	return res, res.Err
+}
+
+func decode(t *testing.T, kind message.Kind, body string) message.Request {
+	t.Helper()
 	req, err := message.Decode(kind, []byte(body))
 	if err != nil {
 		t.Fatal(err)
 	}
-	return e.p.Apply(context.Background(), req)
+	return req
 }
 
 func show(t *testing.T, e env, path string) string {
@@ -165,7 +172,100 @@ func TestLockWatchesContext(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
 	req, _ := message.Decode(message.Onboarding, []byte(onboard1))
-	if _, err := e.p.Apply(ctx, req); err == nil {
+	if res := e.p.ApplyOne(ctx, req); res.Err == nil {
 		t.Fatal("Apply ran without the lock")
 	}
+}
+
+func onboard(t *testing.T, id, tier string) message.Request {
+	return decode(t, message.Onboarding, `{"tenant_id":"`+id+`","tenant_tier":"`+tier+`","release_version":"0.0"}`)
+}
+
+func TestBatchOneCommitEachOnePush(t *testing.T) {
+	e := setup(t)
+	before := strings.TrimSpace(mustOut(t, e, "rev-parse", "main"))
+	jobs := []Job{
+		{Request: onboard(t, "a1", "basic"), MessageID: "m1", Queue: "q"},
+		{Request: onboard(t, "a1", "premium"), MessageID: "m2", Queue: "q"}, // conflicts with m1
+		{Request: onboard(t, "a2", "basic"), MessageID: "m3", Queue: "q"},
+		{Request: onboard(t, "a2", "basic"), MessageID: "m4", Queue: "q"}, // no-op after m3
+	}
+	res := e.p.Apply(context.Background(), jobs)
+	if !res[0].Applied || !res[2].Applied || res[3].Applied || res[3].Err != nil {
+		t.Fatalf("results: %+v", res)
+	}
+	if r, ok := reject.As(res[1].Err); !ok || r.Reason != reject.TierConflict {
+		t.Fatalf("m2: %v", res[1].Err)
+	}
+	log := mustOut(t, e, "log", "--format=%s|%(trailers:key=Tenant-Worker-Message-Id,valueonly,separator=)", before+"..main")
+	if log != "Adding new tenant a2 in tier basic|m3\nAdding new tenant a1 in tier basic|m1\n" {
+		t.Fatalf("history:\n%s", log)
+	}
+	if got := testutil.ToFloat64(e.m.PushAttempts.WithLabelValues(metrics.PushSuccess)); got != 1 {
+		t.Fatalf("%v pushes, want 1", got)
+	}
+	// Redelivered messages are recognised by their trailer, even m1 whose
+	// change a later message could have undone.
+	m1 := res[0].Commit
+	res = e.p.Apply(context.Background(), jobs[:1])
+	if !res[0].Duplicate || res[0].Applied || res[0].Commit != m1 {
+		t.Fatalf("redelivery: %+v", res[0])
+	}
+}
+
+func TestPushFailureVoidsLaterDecisions(t *testing.T) {
+	e := setup(t)
+	e.srv.SetHook(func(w http.ResponseWriter, r *http.Request) bool {
+		if r.Method == http.MethodPost && strings.HasSuffix(r.URL.Path, "git-receive-pack") {
+			http.Error(w, "boom", http.StatusInternalServerError)
+			return false
+		}
+		return true
+	})
+	res := e.p.Apply(context.Background(), []Job{
+		{Request: decode(t, message.Offboarding, `{"tenant_id":"ghost","tenant_tier":"basic"}`)}, // no-op on the remote head
+		{Request: onboard(t, "b1", "basic"), MessageID: "x1"},
+		{Request: onboard(t, "b1", "basic"), MessageID: "x2"}, // no-op only thanks to x1
+	})
+	if res[0].Err != nil || res[1].Err == nil || res[2].Err == nil {
+		t.Fatalf("results: %+v", res)
+	}
+}
+
+func TestFIFOGroupStopsAfterAFailure(t *testing.T) {
+	e := setup(t)
+	// Break the branch so that every change fails validation transiently.
+	k := templates.Root + "/tenants/premium/kustomization.yaml"
+	if err := e.srv.WriteFile("gitops.git", "main", k, "resources:\n  - dummy-configmap.yaml\n  - ghost.yaml\n", "oops"); err != nil {
+		t.Fatal(err)
+	}
+	res := e.p.Apply(context.Background(), []Job{
+		{Request: onboard(t, "c1", "premium"), Group: "g"},
+		{Request: onboard(t, "c2", "basic"), Group: "g"},
+		{Request: decode(t, message.Deployment, `{"tenant_tier":"basic","release_version":"1.0"}`), Group: "h"}, // pooled-envs only
+	})
+	if res[0].Err == nil || !errors.Is(res[1].Err, ErrSkipped) || !res[2].Applied {
+		t.Fatalf("results: %+v", res)
+	}
+}
+
+func TestFIFOGroupGoesOnAfterARejection(t *testing.T) {
+	e := setup(t)
+	res := e.p.Apply(context.Background(), []Job{
+		{Request: onboard(t, "d1", "premium"), Group: "g"},
+		{Request: onboard(t, "d1", "basic"), Group: "g"}, // rejected: d1 is premium
+		{Request: onboard(t, "d2", "basic"), Group: "g"},
+	})
+	if _, ok := reject.As(res[1].Err); !ok || !res[0].Applied || !res[2].Applied {
+		t.Fatalf("results: %+v", res)
+	}
+}
+
+func mustOut(t *testing.T, e env, args ...string) string {
+	t.Helper()
+	out, err := e.srv.Output("gitops.git", args...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
 }

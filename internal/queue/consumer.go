@@ -6,8 +6,8 @@ import (
 	"fmt"
 	"math"
 	"strconv"
+	"sync"
 	"time"
-	"unicode/utf8"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
@@ -29,14 +29,17 @@ type Message struct {
 // Action is what to do with a message once handled.
 type Action int
 
-// The three ways a message is settled.
+// The ways a message is settled.
 const (
 	// Ack deletes the message: its work is done (or was already done).
 	Ack Action = iota
 	// Reject dead-letters the message with a reason, then deletes it.
 	Reject
-	// Retry leaves the message in the queue and delays its redelivery.
+	// Retry leaves the message in the queue and delays its redelivery,
+	// longer with each receive.
 	Retry
+	// Release makes the message visible again at once (on shutdown).
+	Release
 )
 
 // Disposition is a handler's verdict on a message.
@@ -47,9 +50,10 @@ type Disposition struct {
 	Detail string
 }
 
-// Handler works on one message. The context it gets outlives the consumer's
-// own by the shutdown grace period, so a message in hand can be finished.
-type Handler func(ctx context.Context, m Message) Disposition
+// Handler works on the messages of one receive, in order, and returns one
+// disposition per message. The context it gets outlives the consumer's own
+// by the shutdown grace period, so messages in hand can be finished.
+type Handler func(ctx context.Context, msgs []Message) []Disposition
 
 // Options tune a Consumer.
 type Options struct {
@@ -57,13 +61,14 @@ type Options struct {
 	WaitTime time.Duration
 	// MaxMessages per receive (1 to 10).
 	MaxMessages int
-	// VisibilityTimeout set on received messages; zero keeps the queue's.
+	// VisibilityTimeout set on received messages and renewed while they are
+	// in hand; zero keeps the queue's.
 	VisibilityTimeout time.Duration
 	// RetryDelay is the first redelivery delay after a transient failure;
 	// it doubles with each receive up to MaxRetryDelay.
 	RetryDelay    time.Duration
 	MaxRetryDelay time.Duration
-	// ShutdownGrace is how long a message in hand may take after shutdown
+	// ShutdownGrace is how long messages in hand may take after shutdown
 	// begins.
 	ShutdownGrace time.Duration
 }
@@ -82,11 +87,17 @@ type Consumer struct {
 
 // NewConsumer builds a consumer of q.
 func NewConsumer(api API, q *Queue, h Handler, opts Options, observe Observer) *Consumer {
-	if opts.WaitTime <= 0 || opts.WaitTime > 20*time.Second {
+	if opts.WaitTime < 0 || opts.WaitTime > 20*time.Second {
 		opts.WaitTime = 20 * time.Second
 	}
 	if opts.MaxMessages <= 0 || opts.MaxMessages > 10 {
 		opts.MaxMessages = 10
+	}
+	if opts.VisibilityTimeout <= 0 {
+		opts.VisibilityTimeout = q.VisibilityTimeout
+	}
+	if opts.VisibilityTimeout <= 0 {
+		opts.VisibilityTimeout = 30 * time.Second // SQS's own default
 	}
 	if opts.RetryDelay <= 0 {
 		opts.RetryDelay = 10 * time.Second
@@ -100,26 +111,23 @@ func NewConsumer(api API, q *Queue, h Handler, opts Options, observe Observer) *
 	return &Consumer{api: api, queue: q, handle: h, opts: opts, observe: observe}
 }
 
-// Run receives and handles messages until ctx is done. Messages of one
-// receive are handled in order, one at a time.
+// Run receives and handles messages until ctx is done, then returns once
+// the messages in hand are settled.
 func (c *Consumer) Run(ctx context.Context) {
 	log := zerolog.Ctx(ctx).With().Str("queue", c.queue.Name).Logger()
 	backoff := time.Second
 	for ctx.Err() == nil {
-		in := &sqs.ReceiveMessageInput{
+		out, err := c.api.ReceiveMessage(ctx, &sqs.ReceiveMessageInput{
 			QueueUrl:            aws.String(c.queue.URL),
 			MaxNumberOfMessages: int32(c.opts.MaxMessages),
 			WaitTimeSeconds:     int32(c.opts.WaitTime / time.Second),
+			VisibilityTimeout:   int32(c.opts.VisibilityTimeout / time.Second),
 			MessageSystemAttributeNames: []types.MessageSystemAttributeName{
 				types.MessageSystemAttributeNameApproximateReceiveCount,
 				types.MessageSystemAttributeNameSentTimestamp,
 				types.MessageSystemAttributeNameMessageGroupId,
 			},
-		}
-		if c.opts.VisibilityTimeout > 0 {
-			in.VisibilityTimeout = int32(c.opts.VisibilityTimeout / time.Second)
-		}
-		out, err := c.api.ReceiveMessage(ctx, in)
+		})
 		if err != nil {
 			if ctx.Err() != nil {
 				return
@@ -133,45 +141,105 @@ func (c *Consumer) Run(ctx context.Context) {
 			continue
 		}
 		backoff = time.Second
-		for _, m := range out.Messages {
-			// Once shutdown begins, messages not yet started go back at once;
-			// redelivery to another replica beats waiting out the timeout.
-			if ctx.Err() != nil {
-				c.release(m)
-				continue
-			}
-			c.process(ctx, log, convert(m))
+		if len(out.Messages) == 0 {
+			continue
 		}
+		msgs := make([]Message, len(out.Messages))
+		for i, m := range out.Messages {
+			msgs[i] = convert(m)
+		}
+		// Once shutdown begins, messages not yet started go back at once:
+		// redelivery to another replica beats waiting out their timeout.
+		if ctx.Err() != nil {
+			c.settle(log, msgs, uniform(len(msgs), Disposition{Action: Release}))
+			return
+		}
+		c.process(ctx, log, msgs)
 	}
 }
 
-// process handles one message and settles it. The message is deleted only
-// after its handler says the work is done: if anything fails in between,
-// SQS redelivers it, and the handler's work is idempotent, so redelivery
-// beats loss.
-func (c *Consumer) process(ctx context.Context, log zerolog.Logger, m Message) {
+// process handles one receive and settles its messages. A message is
+// deleted only after its handler says the work is done: if anything fails in
+// between, SQS redelivers it, and the handler's work is idempotent, so
+// redelivery beats loss.
+func (c *Consumer) process(ctx context.Context, log zerolog.Logger, msgs []Message) {
 	work, cancel := graceContext(ctx, c.opts.ShutdownGrace)
 	defer cancel()
-	work = log.With().Str("message_id", m.ID).Logger().WithContext(work)
-
-	d := c.handle(work, m)
-	// Settling uses its own short deadline: it must still run when the
-	// worker is shutting down, or the finished work would be redone.
-	settle, cancelSettle := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
-	defer cancelSettle()
-	var err error
-	switch d.Action {
-	case Ack:
-		err = c.delete(settle, m)
-	case Reject:
-		if err = c.deadLetter(settle, m, d); err == nil {
-			err = c.delete(settle, m)
-		}
-	case Retry:
-		err = c.delay(settle, m, c.retryDelay(m.ReceiveCount))
+	stop := c.heartbeat(log, msgs)
+	ds := c.handle(log.WithContext(work), msgs)
+	stop()
+	if len(ds) != len(msgs) {
+		log.Error().Int("messages", len(msgs)).Int("dispositions", len(ds)).Msg("handler answered for the wrong number of messages; releasing them")
+		ds = uniform(len(msgs), Disposition{Action: Release})
 	}
-	if err != nil {
-		log.Error().Err(err).Str("message_id", m.ID).Msg("could not settle message; SQS will redeliver it")
+	if work.Err() != nil {
+		// The grace period ran out: whatever did not finish goes back now.
+		for i := range ds {
+			if ds[i].Action == Retry {
+				ds[i].Action = Release
+			}
+		}
+	}
+	c.settle(log, msgs, ds)
+}
+
+// heartbeat keeps the messages in hand invisible to other consumers,
+// renewing their visibility timeout at a third of its length, until stop is
+// called. A slow push therefore never lets a second copy start.
+func (c *Consumer) heartbeat(log zerolog.Logger, msgs []Message) (stop func()) {
+	interval := max(c.opts.VisibilityTimeout/3, 500*time.Millisecond)
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		t := time.NewTicker(interval)
+		defer t.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-t.C:
+				delays := make([]time.Duration, len(msgs))
+				for i := range delays {
+					delays[i] = c.opts.VisibilityTimeout
+				}
+				if err := c.changeVisibility(msgs, delays); err != nil {
+					log.Warn().Err(err).Msg("could not extend visibility of messages in hand")
+				}
+			}
+		}
+	})
+	return func() { close(done); wg.Wait() }
+}
+
+// settle applies each message's disposition with batched SQS calls.
+func (c *Consumer) settle(log zerolog.Logger, msgs []Message, ds []Disposition) {
+	var acks, rejects, later []Message
+	var rejectDs []Disposition
+	var delays []time.Duration
+	for i, m := range msgs {
+		switch ds[i].Action {
+		case Ack:
+			acks = append(acks, m)
+		case Reject:
+			rejects, rejectDs = append(rejects, m), append(rejectDs, ds[i])
+		case Retry:
+			later, delays = append(later, m), append(delays, c.retryDelay(m.ReceiveCount))
+		case Release:
+			later, delays = append(later, m), append(delays, 0)
+		}
+	}
+	if len(rejects) > 0 {
+		sent, err := c.deadLetter(rejects, rejectDs)
+		if err != nil {
+			log.Error().Err(err).Msg("could not dead-letter rejected messages; SQS will redeliver them")
+		}
+		acks = append(acks, sent...)
+	}
+	if err := c.delete(acks); err != nil {
+		log.Error().Err(err).Msg("could not delete finished messages; SQS will redeliver them and they will be recognised")
+	}
+	if err := c.changeVisibility(later, delays); err != nil {
+		log.Warn().Err(err).Msg("could not set the redelivery delay; the visibility timeout applies")
 	}
 }
 
@@ -181,117 +249,137 @@ func (c *Consumer) retryDelay(receiveCount int) time.Duration {
 	return min(d, c.opts.MaxRetryDelay, 12*time.Hour)
 }
 
-func (c *Consumer) delete(ctx context.Context, m Message) error {
-	_, err := c.api.DeleteMessage(ctx, &sqs.DeleteMessageInput{
-		QueueUrl: aws.String(c.queue.URL), ReceiptHandle: aws.String(m.ReceiptHandle),
-	})
-	if err != nil && !isGone(err) {
-		c.observe("delete", err)
-		return fmt.Errorf("delete message %s: %w", m.ID, err)
-	}
-	return nil
+// settleContext bounds a settling call. It does not derive from the run
+// context: settling must still happen while the worker shuts down, or
+// finished work would be redone.
+func settleContext() (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.Background(), 10*time.Second)
 }
 
-func (c *Consumer) delay(ctx context.Context, m Message, d time.Duration) error {
-	_, err := c.api.ChangeMessageVisibility(ctx, &sqs.ChangeMessageVisibilityInput{
-		QueueUrl: aws.String(c.queue.URL), ReceiptHandle: aws.String(m.ReceiptHandle),
-		VisibilityTimeout: int32(d / time.Second),
-	})
-	if err != nil && !isGone(err) {
-		c.observe("change_visibility", err)
-		return fmt.Errorf("delay message %s: %w", m.ID, err)
+// chunks calls fn for each run of at most 10 indexes (the SQS batch limit).
+func chunks(n int, fn func(lo, hi int) error) error {
+	var errs []error
+	for lo := 0; lo < n; lo += 10 {
+		errs = append(errs, fn(lo, min(lo+10, n)))
 	}
-	return nil
+	return errors.Join(errs...)
 }
 
-// release makes a message visible again at once.
-func (c *Consumer) release(m types.Message) {
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	_ = c.delay(ctx, convert(m), 0)
-}
-
-// deadLetter copies a rejected message, with the reason as message
-// attributes, to the queue's dead-letter queue. Without one it does nothing:
-// the rejection is in the log and the metrics, and the message is deleted.
-func (c *Consumer) deadLetter(ctx context.Context, m Message, d Disposition) error {
-	if c.queue.DeadLetterURL == "" {
-		return nil
-	}
-	in := &sqs.SendMessageInput{
-		QueueUrl:    aws.String(c.queue.DeadLetterURL),
-		MessageBody: aws.String(m.Body),
-		MessageAttributes: map[string]types.MessageAttributeValue{
-			"reason":            stringAttr(d.Reason),
-			"error":             stringAttr(truncate(d.Detail, 1024)),
-			"source_queue":      stringAttr(c.queue.Name),
-			"source_message_id": stringAttr(m.ID),
-		},
-	}
-	if isFIFOURL(c.queue.DeadLetterURL) {
-		group := m.GroupID
-		if group == "" {
-			group = "rejected"
+func (c *Consumer) delete(msgs []Message) error {
+	return chunks(len(msgs), func(lo, hi int) error {
+		entries := make([]types.DeleteMessageBatchRequestEntry, 0, hi-lo)
+		for i := lo; i < hi; i++ {
+			entries = append(entries, types.DeleteMessageBatchRequestEntry{
+				Id: aws.String(strconv.Itoa(i)), ReceiptHandle: aws.String(msgs[i].ReceiptHandle),
+			})
 		}
-		in.MessageGroupId = aws.String(group)
-		in.MessageDeduplicationId = aws.String(m.ID)
-	}
-	if _, err := c.api.SendMessage(ctx, in); err != nil {
-		c.observe("send_dead_letter", err)
-		return fmt.Errorf("dead-letter message %s: %w", m.ID, err)
-	}
-	return nil
-}
-
-func stringAttr(s string) types.MessageAttributeValue {
-	if s == "" {
-		s = "-" // SQS refuses empty attribute values
-	}
-	return types.MessageAttributeValue{DataType: aws.String("String"), StringValue: aws.String(s)}
-}
-
-func truncate(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	for n > 0 && !utf8.RuneStart(s[n]) {
-		n--
-	}
-	return s[:n] + "..."
-}
-
-func isFIFOURL(u string) bool { return len(u) > 5 && u[len(u)-5:] == ".fifo" }
-
-func convert(m types.Message) Message {
-	out := Message{ID: aws.ToString(m.MessageId), ReceiptHandle: aws.ToString(m.ReceiptHandle), Body: aws.ToString(m.Body)}
-	attrs := m.Attributes
-	if n, err := strconv.Atoi(attrs[string(types.MessageSystemAttributeNameApproximateReceiveCount)]); err == nil {
-		out.ReceiveCount = n
-	}
-	if ms, err := strconv.ParseInt(attrs[string(types.MessageSystemAttributeNameSentTimestamp)], 10, 64); err == nil {
-		out.SentAt = time.UnixMilli(ms)
-	}
-	out.GroupID = attrs[string(types.MessageSystemAttributeNameMessageGroupId)]
-	return out
-}
-
-// graceContext returns a context that ends grace after parent does.
-func graceContext(parent context.Context, grace time.Duration) (context.Context, context.CancelFunc) {
-	ctx, cancel := context.WithCancelCause(context.WithoutCancel(parent))
-	stop := context.AfterFunc(parent, func() {
-		t := time.AfterFunc(grace, func() { cancel(errors.New("shutdown grace period over")) })
-		context.AfterFunc(ctx, func() { t.Stop() })
+		ctx, cancel := settleContext()
+		defer cancel()
+		out, err := c.api.DeleteMessageBatch(ctx, &sqs.DeleteMessageBatchInput{QueueUrl: aws.String(c.queue.URL), Entries: entries})
+		if err != nil {
+			c.observe("delete", err)
+			return fmt.Errorf("delete %d messages: %w", len(entries), err)
+		}
+		return c.batchFailures("delete", out.Failed, msgs, true)
 	})
-	return ctx, func() { stop(); cancel(context.Canceled) }
 }
 
-func sleep(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
+func (c *Consumer) changeVisibility(msgs []Message, timeouts []time.Duration) error {
+	return chunks(len(msgs), func(lo, hi int) error {
+		entries := make([]types.ChangeMessageVisibilityBatchRequestEntry, 0, hi-lo)
+		for i := lo; i < hi; i++ {
+			entries = append(entries, types.ChangeMessageVisibilityBatchRequestEntry{
+				Id: aws.String(strconv.Itoa(i)), ReceiptHandle: aws.String(msgs[i].ReceiptHandle),
+				VisibilityTimeout: int32(timeouts[i] / time.Second),
+			})
+		}
+		ctx, cancel := settleContext()
+		defer cancel()
+		out, err := c.api.ChangeMessageVisibilityBatch(ctx, &sqs.ChangeMessageVisibilityBatchInput{
+			QueueUrl: aws.String(c.queue.URL), Entries: entries,
+		})
+		if err != nil {
+			c.observe("change_visibility", err)
+			return fmt.Errorf("change visibility of %d messages: %w", len(entries), err)
+		}
+		return c.batchFailures("change_visibility", out.Failed, msgs, true)
+	})
+}
+
+// batchFailures turns the failed entries of a batch call into an error,
+// ignoring messages that are already gone when goneIsDone.
+func (c *Consumer) batchFailures(op string, failed []types.BatchResultErrorEntry, msgs []Message, goneIsDone bool) error {
+	var errs []error
+	for _, f := range failed {
+		if goneIsDone && isGoneCode(aws.ToString(f.Code)) {
+			continue
+		}
+		i, _ := strconv.Atoi(aws.ToString(f.Id))
+		id := ""
+		if i >= 0 && i < len(msgs) {
+			id = msgs[i].ID
+		}
+		err := fmt.Errorf("%s message %s: %s: %s", op, id, aws.ToString(f.Code), aws.ToString(f.Message))
+		c.observe(op, err)
+		errs = append(errs, err)
 	}
+	return errors.Join(errs...)
+}
+
+// deadLetter copies rejected messages, with the reason as message
+// attributes, to the queue's dead-letter queue, and returns those that may
+// now be deleted. Without a dead-letter queue that is all of them: the
+// rejection is in the log and the metrics.
+func (c *Consumer) deadLetter(msgs []Message, ds []Disposition) ([]Message, error) {
+	if c.queue.DeadLetterURL == "" {
+		return msgs, nil
+	}
+	var sent []Message
+	err := chunks(len(msgs), func(lo, hi int) error {
+		entries := make([]types.SendMessageBatchRequestEntry, 0, hi-lo)
+		for i := lo; i < hi; i++ {
+			m := msgs[i]
+			e := types.SendMessageBatchRequestEntry{
+				Id:          aws.String(strconv.Itoa(i)),
+				MessageBody: aws.String(m.Body),
+				MessageAttributes: map[string]types.MessageAttributeValue{
+					"reason":            stringAttr(ds[i].Reason),
+					"error":             stringAttr(truncate(ds[i].Detail, 1024)),
+					"source_queue":      stringAttr(c.queue.Name),
+					"source_message_id": stringAttr(m.ID),
+				},
+			}
+			if isFIFOURL(c.queue.DeadLetterURL) {
+				group := m.GroupID
+				if group == "" {
+					group = "rejected"
+				}
+				e.MessageGroupId = aws.String(group)
+				e.MessageDeduplicationId = aws.String(m.ID)
+			}
+			entries = append(entries, e)
+		}
+		ctx, cancel := settleContext()
+		defer cancel()
+		out, err := c.api.SendMessageBatch(ctx, &sqs.SendMessageBatchInput{QueueUrl: aws.String(c.queue.DeadLetterURL), Entries: entries})
+		if err != nil {
+			c.observe("send_dead_letter", err)
+			return fmt.Errorf("dead-letter %d messages: %w", len(entries), err)
+		}
+		for _, s := range out.Successful {
+			if i, err := strconv.Atoi(aws.ToString(s.Id)); err == nil && i >= lo && i < hi {
+				sent = append(sent, msgs[i])
+			}
+		}
+		return c.batchFailures("send_dead_letter", out.Failed, msgs, false)
+	})
+	return sent, err
+}
+
+func uniform(n int, d Disposition) []Disposition {
+	ds := make([]Disposition, n)
+	for i := range ds {
+		ds[i] = d
+	}
+	return ds
 }

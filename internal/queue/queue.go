@@ -6,10 +6,11 @@ package queue
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"net/url"
+	"strconv"
 	"strings"
+	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
@@ -22,9 +23,9 @@ type API interface {
 	GetQueueUrl(ctx context.Context, in *sqs.GetQueueUrlInput, opts ...func(*sqs.Options)) (*sqs.GetQueueUrlOutput, error)
 	GetQueueAttributes(ctx context.Context, in *sqs.GetQueueAttributesInput, opts ...func(*sqs.Options)) (*sqs.GetQueueAttributesOutput, error)
 	ReceiveMessage(ctx context.Context, in *sqs.ReceiveMessageInput, opts ...func(*sqs.Options)) (*sqs.ReceiveMessageOutput, error)
-	DeleteMessage(ctx context.Context, in *sqs.DeleteMessageInput, opts ...func(*sqs.Options)) (*sqs.DeleteMessageOutput, error)
-	ChangeMessageVisibility(ctx context.Context, in *sqs.ChangeMessageVisibilityInput, opts ...func(*sqs.Options)) (*sqs.ChangeMessageVisibilityOutput, error)
-	SendMessage(ctx context.Context, in *sqs.SendMessageInput, opts ...func(*sqs.Options)) (*sqs.SendMessageOutput, error)
+	DeleteMessageBatch(ctx context.Context, in *sqs.DeleteMessageBatchInput, opts ...func(*sqs.Options)) (*sqs.DeleteMessageBatchOutput, error)
+	ChangeMessageVisibilityBatch(ctx context.Context, in *sqs.ChangeMessageVisibilityBatchInput, opts ...func(*sqs.Options)) (*sqs.ChangeMessageVisibilityBatchOutput, error)
+	SendMessageBatch(ctx context.Context, in *sqs.SendMessageBatchInput, opts ...func(*sqs.Options)) (*sqs.SendMessageBatchOutput, error)
 }
 
 // Queue is a resolved SQS queue.
@@ -35,6 +36,8 @@ type Queue struct {
 	// DeadLetterURL is the dead-letter queue named by the queue's redrive
 	// policy; empty when it has none.
 	DeadLetterURL string
+	// VisibilityTimeout is the queue's default visibility timeout.
+	VisibilityTimeout time.Duration
 }
 
 // FIFO reports whether the queue is a FIFO queue.
@@ -59,10 +62,15 @@ func Resolve(ctx context.Context, api API, nameOrURL string) (*Queue, error) {
 	}
 	attrs, err := api.GetQueueAttributes(ctx, &sqs.GetQueueAttributesInput{
 		QueueUrl:       aws.String(q.URL),
-		AttributeNames: []types.QueueAttributeName{types.QueueAttributeNameRedrivePolicy},
+		AttributeNames: []types.QueueAttributeName{
+			types.QueueAttributeNameRedrivePolicy, types.QueueAttributeNameVisibilityTimeout,
+		},
 	})
 	if err != nil {
 		return nil, fmt.Errorf("read attributes of queue %s: %w", q.Name, err)
+	}
+	if s, err := strconv.Atoi(attrs.Attributes[string(types.QueueAttributeNameVisibilityTimeout)]); err == nil {
+		q.VisibilityTimeout = time.Duration(s) * time.Second
 	}
 	if policy := attrs.Attributes[string(types.QueueAttributeNameRedrivePolicy)]; policy != "" {
 		if q.DeadLetterURL, err = deadLetterURL(ctx, api, policy); err != nil {
@@ -96,10 +104,13 @@ func deadLetterURL(ctx context.Context, api API, policy string) (string, error) 
 	return aws.ToString(out.QueueUrl), nil
 }
 
-// isGone reports whether an SQS error means the message is already settled:
-// its receipt handle is no longer valid, so there is nothing left to do.
-func isGone(err error) bool {
-	var invalid *types.ReceiptHandleIsInvalid
-	var notInflight *types.MessageNotInflight
-	return errors.As(err, &invalid) || errors.As(err, &notInflight)
+// isGoneCode reports whether a batch entry's error code means the message is
+// already settled: its receipt handle is no longer valid, so there is
+// nothing left to do.
+func isGoneCode(code string) bool {
+	switch code {
+	case "ReceiptHandleIsInvalid", "MessageNotInflight":
+		return true
+	}
+	return false
 }

@@ -1,0 +1,132 @@
+package pipeline
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/tenant-worker/tenant-worker/internal/gitops"
+	"github.com/tenant-worker/tenant-worker/internal/gitrepo"
+	"github.com/tenant-worker/tenant-worker/internal/metrics"
+	"github.com/tenant-worker/tenant-worker/internal/reject"
+)
+
+// sync brings the clone up to date and indexes the message ids in the
+// branch's recent history.
+func (b *batch) sync(ctx context.Context) error {
+	head, err := b.p.repo.Fetch(ctx)
+	if err != nil {
+		return err
+	}
+	b.base, b.tip = head, head
+	return b.p.history.update(head)
+}
+
+// applyJob renders, commits and validates one job on top of the batch's tip.
+func (b *batch) applyJob(_ context.Context, i int) {
+	job, res := b.jobs[i], &b.results[i]
+	if job.MessageID != "" {
+		if c, ok := b.p.history.find(job.MessageID); ok {
+			res.Duplicate, res.Commit = true, c
+			return
+		}
+	}
+	before, err := b.p.repo.Snapshot(b.tip)
+	if err != nil {
+		res.Err = fmt.Errorf("open %s: %w", b.tip, err)
+		return
+	}
+
+	var plan gitops.Change
+	err = b.timed("render", func() error {
+		var err error
+		plan, err = b.p.opts.Layout.Plan(before, job.Request)
+		return err
+	})
+	if err != nil {
+		res.Err = err
+		return
+	}
+	res.Message = plan.Message
+	if plan.Empty() {
+		res.Commit = b.tip
+		return
+	}
+
+	var commit = b.tip
+	err = b.timed("commit", func() error {
+		var err error
+		commit, err = b.p.repo.Commit(b.tip, plan.Files, withTrailers(plan.Message, job))
+		return err
+	})
+	if err != nil {
+		res.Err = err
+		return
+	}
+
+	err = b.timed("validate", func() error {
+		after, err := b.p.repo.Snapshot(commit)
+		if err != nil {
+			return fmt.Errorf("open commit %s: %w", commit, err)
+		}
+		paths := plan.Paths()
+		if err := b.p.checker.Check(after, paths); err != nil {
+			// Blame the message only if the tree was valid before it: a branch
+			// that someone else broke must not send good messages to the
+			// dead-letter queue.
+			if before := b.p.checker.Check(before, paths); before != nil {
+				return fmt.Errorf("the branch is already invalid, waiting for a fix: %w", before)
+			}
+			return reject.Wrap(reject.InvalidRender, fmt.Errorf("the change would break what Flux applies: %w", err))
+		}
+		return nil
+	})
+	if err != nil {
+		res.Err = err // the commit stays an unreferenced object
+		return
+	}
+	b.tip = commit
+	res.Commit = commit
+	b.pending[i] = true
+}
+
+// push publishes the batch's commits if the branch is still where the batch
+// started; otherwise it reports a conflict and the batch starts over.
+func (b *batch) push(ctx context.Context) error {
+	err := b.p.repo.Push(ctx, b.base, b.tip)
+	m := b.p.metrics
+	switch {
+	case err == nil:
+		m.PushAttempts.WithLabelValues(metrics.PushSuccess).Inc()
+		m.LastPush.Set(float64(time.Now().UnixNano()) / 1e9)
+		return b.p.history.update(b.tip)
+	case gitrepo.IsConflict(err):
+		m.PushAttempts.WithLabelValues(metrics.PushConflict).Inc()
+	default:
+		m.PushAttempts.WithLabelValues(metrics.PushError).Inc()
+	}
+	return err
+}
+
+// Trailer keys recorded on every commit the worker makes.
+const (
+	TrailerMessageID = "Tenant-Worker-Message-Id"
+	TrailerQueue     = "Tenant-Worker-Queue"
+)
+
+// withTrailers appends the message's id and queue to a commit message. The
+// subject keeps the reference platform's wording.
+func withTrailers(subject string, job Job) string {
+	if job.MessageID == "" {
+		return subject + "\n"
+	}
+	var b strings.Builder
+	b.WriteString(subject)
+	b.WriteString("\n\n")
+	fmt.Fprintf(&b, "%s: %s\n", TrailerMessageID, job.MessageID)
+	if job.Queue != "" {
+		fmt.Fprintf(&b, "%s: %s\n", TrailerQueue, job.Queue)
+	}
+	return b.String()
+}
