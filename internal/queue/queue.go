@@ -61,7 +61,7 @@ func Resolve(ctx context.Context, api API, nameOrURL string) (*Queue, error) {
 		q.URL = aws.ToString(out.QueueUrl)
 	}
 	attrs, err := api.GetQueueAttributes(ctx, &sqs.GetQueueAttributesInput{
-		QueueUrl:       aws.String(q.URL),
+		QueueUrl: aws.String(q.URL),
 		AttributeNames: []types.QueueAttributeName{
 			types.QueueAttributeNameRedrivePolicy, types.QueueAttributeNameVisibilityTimeout,
 		},
