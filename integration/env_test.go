@@ -71,15 +71,25 @@ type queues struct {
 
 // createQueues makes fresh queues, with dead-letter queues when withDLQ.
 func createQueues(t *testing.T, api *sqs.Client, withDLQ bool) queues {
+	return createQueuesOpts(t, api, withDLQ, false)
+}
+
+// createQueuesOpts also makes FIFO queues (and FIFO dead-letter queues).
+func createQueuesOpts(t *testing.T, api *sqs.Client, withDLQ, fifo bool) queues {
 	t.Helper()
 	ctx := context.Background()
 	prefix := fmt.Sprintf("t%d-%d", time.Now().UnixNano()%1e9, queueSeq.Add(1))
 	q := queues{dlq: map[string]string{}}
 	for _, kind := range []string{"onboarding", "offboarding", "deployment"} {
-		name := prefix + "-" + kind
+		name, suffix := prefix+"-"+kind, ""
 		attrs := map[string]string{}
+		dlqAttrs := map[string]string{}
+		if fifo {
+			suffix = ".fifo"
+			attrs["FifoQueue"], dlqAttrs["FifoQueue"] = "true", "true"
+		}
 		if withDLQ {
-			dlq, err := api.CreateQueue(ctx, &sqs.CreateQueueInput{QueueName: aws.String(name + "-dlq")})
+			dlq, err := api.CreateQueue(ctx, &sqs.CreateQueueInput{QueueName: aws.String(name + "-dlq" + suffix), Attributes: dlqAttrs})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -91,7 +101,7 @@ func createQueues(t *testing.T, api *sqs.Client, withDLQ bool) queues {
 			attrs["RedrivePolicy"] = fmt.Sprintf(`{"deadLetterTargetArn":%q,"maxReceiveCount":"5"}`, a.Attributes["QueueArn"])
 			q.dlq[kind] = aws.ToString(dlq.QueueUrl)
 		}
-		out, err := api.CreateQueue(ctx, &sqs.CreateQueueInput{QueueName: aws.String(name), Attributes: attrs})
+		out, err := api.CreateQueue(ctx, &sqs.CreateQueueInput{QueueName: aws.String(name + suffix), Attributes: attrs})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -147,6 +157,8 @@ type harness struct {
 	httpAddr string
 	cloneDir string
 	stop     func()
+	// tune, if set, adjusts the worker's settings before start.
+	tune func(*config.Options)
 }
 
 const repoName = "gitops.git"
@@ -178,6 +190,9 @@ func (h *harness) start() {
 	opts.MaxRetryDelay = 2 * time.Second
 	opts.VisibilityTimeout = 30 * time.Second
 	opts.ShutdownGrace = 5 * time.Second
+	if h.tune != nil {
+		h.tune(&opts)
+	}
 	if err := opts.Validate(); err != nil {
 		h.t.Fatal(err)
 	}
