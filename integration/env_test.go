@@ -345,3 +345,25 @@ func (h *harness) deadLetters(url string, want int) map[string]types.Message {
 	})
 	return got
 }
+
+// drainDLQ reads everything in a dead-letter queue: source message id to
+// reason.
+func (h *harness) drainDLQ(url string) map[string]string {
+	h.t.Helper()
+	got := map[string]string{}
+	for {
+		out, err := h.api.ReceiveMessage(context.Background(), &sqs.ReceiveMessageInput{
+			QueueUrl: aws.String(url), MaxNumberOfMessages: 10, WaitTimeSeconds: 0, MessageAttributeNames: []string{"All"},
+		})
+		if err != nil {
+			h.t.Fatal(err)
+		}
+		if len(out.Messages) == 0 {
+			return got
+		}
+		for _, m := range out.Messages {
+			got[aws.ToString(m.MessageAttributes["source_message_id"].StringValue)] = aws.ToString(m.MessageAttributes["reason"].StringValue)
+			_, _ = h.api.DeleteMessage(context.Background(), &sqs.DeleteMessageInput{QueueUrl: aws.String(url), ReceiptHandle: m.ReceiptHandle})
+		}
+	}
+}
