@@ -207,3 +207,13 @@ func (s *Snapshot) subtree(name string) (*object.Tree, error) {
 	}
 	return t, nil
 }
+
+// DirHash returns the hash of the tree of dir: equal hashes mean equal
+// contents, so results computed from a directory can be cached by it.
+func (s *Snapshot) DirHash(dir string) (string, error) {
+	t, err := s.subtree(dir)
+	if err != nil {
+		return "", err
+	}
+	return t.Hash.String(), nil
+}

@@ -83,7 +83,7 @@ type Options struct {
 type Pipeline struct {
 	repo    Repository
 	opts    Options
-	checker validate.Checker
+	checker *validate.Checker
 	metrics *metrics.Metrics
 	history *history
 	lock    chan struct{}
@@ -103,7 +103,7 @@ func New(repo Repository, opts Options, m *metrics.Metrics) *Pipeline {
 	return &Pipeline{
 		repo:    repo,
 		opts:    opts,
-		checker: validate.Checker{Layout: opts.Layout},
+		checker: validate.NewChecker(opts.Layout),
 		metrics: m,
 		history: newHistory(repo, opts.HistoryDepth),
 		lock:    make(chan struct{}, 1),
@@ -161,6 +161,10 @@ type batch struct {
 	pending []bool
 	base    plumbing.Hash // the remote head the attempt started from
 	tip     plumbing.Hash // the last commit of the attempt
+	// perJob builds the kustomizations after every job instead of once for
+	// the batch, to find which job breaks them.
+	perJob  bool
+	changed []string // paths the pending commits change
 }
 
 // finish turns the attempt's per-job results into final ones, given how
@@ -214,6 +218,14 @@ func (b *batch) run(ctx context.Context) error {
 	}
 	if b.tip == b.base {
 		return nil
+	}
+	if !b.perJob {
+		if err := b.checkTip(); err != nil {
+			// Some job breaks the build: start over, checking job by job.
+			zerolog.Ctx(ctx).Info().Err(err).Msg("batch does not build; validating its messages one by one")
+			*b = batch{p: b.p, jobs: b.jobs, results: make([]Result, len(b.jobs)), perJob: true}
+			return b.run(ctx)
+		}
 	}
 	return b.timed("push", func() error { return b.push(ctx) })
 }

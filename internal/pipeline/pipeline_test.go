@@ -269,3 +269,29 @@ func mustOut(t *testing.T, e env, args ...string) string {
 	}
 	return out
 }
+
+func TestBatchFindsTheJobThatBreaksTheBuild(t *testing.T) {
+	e := setup(t)
+	// The basic template now also renders a copy of the tier's dummy
+	// ConfigMap: each file decodes, but kustomize refuses the duplicate.
+	tmpl := templates.Root + "/tier-templates/basic_tenant_template.yaml"
+	b, _ := fs.ReadFile(templates.FS, tmpl)
+	dup := string(b) + "---\napiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: dummy-configmap-basic\n  namespace: default\n"
+	if err := e.srv.WriteFile("gitops.git", "main", tmpl, dup, "break the template"); err != nil {
+		t.Fatal(err)
+	}
+	res := e.p.Apply(context.Background(), []Job{
+		{Request: onboard(t, "p1", "premium")},
+		{Request: onboard(t, "b1", "basic")},
+		{Request: onboard(t, "p2", "premium")},
+	})
+	if r, ok := reject.As(res[1].Err); !ok || r.Reason != reject.InvalidRender {
+		t.Fatalf("b1: %v", res[1].Err)
+	}
+	if !res[0].Applied || !res[2].Applied {
+		t.Fatalf("results: %+v", res)
+	}
+	if show(t, e, "tenants/basic/b1.yaml") != "<absent>" || show(t, e, "tenants/premium/p2.yaml") == "<absent>" {
+		t.Fatal("wrong tree")
+	}
+}

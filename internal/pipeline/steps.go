@@ -71,11 +71,19 @@ func (b *batch) applyJob(_ context.Context, i int) {
 			return fmt.Errorf("open commit %s: %w", commit, err)
 		}
 		paths := plan.Paths()
-		if err := b.p.checker.Check(after, paths); err != nil {
+		// The rendered files are the message's own: a bad one is its fault.
+		if err := b.p.checker.CheckFiles(after, paths); err != nil {
+			return reject.Wrap(reject.InvalidRender, fmt.Errorf("the change would break what Flux applies: %w", err))
+		}
+		if !b.perJob {
+			b.changed = append(b.changed, paths...)
+			return nil // the kustomizations are built once for the batch
+		}
+		if err := b.p.checker.CheckDirs(after, paths); err != nil {
 			// Blame the message only if the tree was valid before it: a branch
 			// that someone else broke must not send good messages to the
 			// dead-letter queue.
-			if before := b.p.checker.Check(before, paths); before != nil {
+			if before := b.p.checker.CheckDirs(before, paths); before != nil {
 				return fmt.Errorf("the branch is already invalid, waiting for a fix: %w", before)
 			}
 			return reject.Wrap(reject.InvalidRender, fmt.Errorf("the change would break what Flux applies: %w", err))
@@ -89,6 +97,18 @@ func (b *batch) applyJob(_ context.Context, i int) {
 	b.tip = commit
 	res.Commit = commit
 	b.pending[i] = true
+}
+
+// checkTip builds the kustomizations the batch touched, once, on its last
+// commit.
+func (b *batch) checkTip() error {
+	return b.timed("validate", func() error {
+		tip, err := b.p.repo.Snapshot(b.tip)
+		if err != nil {
+			return fmt.Errorf("open commit %s: %w", b.tip, err)
+		}
+		return b.p.checker.CheckDirs(tip, b.changed)
+	})
 }
 
 // push publishes the batch's commits if the branch is still where the batch

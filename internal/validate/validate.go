@@ -9,6 +9,7 @@ import (
 	"path"
 	"regexp"
 	"strings"
+	"sync"
 
 	helmv2 "github.com/fluxcd/helm-controller/api/v2"
 	helmv2beta1 "github.com/fluxcd/helm-controller/api/v2beta1"
@@ -27,25 +28,54 @@ type Source interface {
 	WalkFiles(dir string, fn func(name string, content []byte) error) error
 }
 
+// Hasher is a Source that can name a directory's contents by hash (a git
+// tree hash). Builds of such sources are cached: a directory that did not
+// change since it was last built is not built again.
+type Hasher interface {
+	DirHash(dir string) (string, error)
+}
+
 // maxReleaseName is Helm's limit on release names.
 const maxReleaseName = 53
 
-// Checker validates changes for one repository layout.
+// cacheSize bounds the build results kept.
+const cacheSize = 256
+
+// Checker validates changes for one repository layout. It is safe for
+// concurrent use.
 type Checker struct {
-	Layout gitops.Layout
+	layout gitops.Layout
+
+	mu    sync.Mutex
+	built map[string]error // dir@hash -> build result
+	order []string
 }
 
-// Check validates the kustomizations touched by changed (paths relative to
-// the repository root) and the HelmReleases in the changed files.
-func (c Checker) Check(src Source, changed []string) error {
+// NewChecker returns a Checker for layout.
+func NewChecker(layout gitops.Layout) *Checker {
+	return &Checker{layout: layout, built: map[string]error{}}
+}
+
+// Check runs CheckFiles and CheckDirs.
+func (c *Checker) Check(src Source, changed []string) error {
+	return errors.Join(c.CheckFiles(src, changed), c.CheckDirs(src, changed))
+}
+
+// CheckDirs builds the kustomizations (tenants/, pooled-envs/) that changed
+// touches (paths relative to the repository root).
+func (c *Checker) CheckDirs(src Source, changed []string) error {
 	var errs []error
-	for _, dir := range []string{c.Layout.TenantsDir(), c.Layout.PooledEnvsDir()} {
+	for _, dir := range []string{c.layout.TenantsDir(), c.layout.PooledEnvsDir()} {
 		if touches(changed, dir) {
-			if err := Build(src, dir); err != nil {
-				errs = append(errs, err)
-			}
+			errs = append(errs, c.build(src, dir))
 		}
 	}
+	return errors.Join(errs...)
+}
+
+// CheckFiles decodes the HelmReleases of the changed files strictly.
+func (c *Checker) CheckFiles(src Source, changed []string) error {
+	var errs []error
 	for _, name := range changed {
 		if !strings.HasSuffix(name, ".yaml") || path.Base(name) == "kustomization.yaml" {
 			continue
@@ -59,6 +89,36 @@ func (c Checker) Check(src Source, changed []string) error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+func (c *Checker) build(src Source, dir string) error {
+	h, ok := src.(Hasher)
+	if !ok {
+		return Build(src, dir)
+	}
+	hash, err := h.DirHash(dir)
+	if err != nil {
+		return fmt.Errorf("kustomize build %s: %w", dir, err)
+	}
+	key := dir + "@" + hash
+	c.mu.Lock()
+	res, hit := c.built[key]
+	c.mu.Unlock()
+	if hit {
+		return res
+	}
+	res = Build(src, dir)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if _, ok := c.built[key]; !ok {
+		c.built[key] = res
+		c.order = append(c.order, key)
+		if len(c.order) > cacheSize {
+			delete(c.built, c.order[0])
+			c.order = c.order[1:]
+		}
+	}
+	return res
 }
 
 func touches(changed []string, dir string) bool {

@@ -36,7 +36,7 @@ func tenant(t *testing.T, m fstest.MapFS, tier, id string) string {
 }
 
 func TestCheck(t *testing.T) {
-	checker := Checker{Layout: gitops.Layout{Root: root}}
+	checker := NewChecker(gitops.Layout{Root: root})
 	kpath := root + "/tenants/premium/kustomization.yaml"
 	fpath := root + "/tenants/premium/t1.yaml"
 	tests := []struct {
