@@ -1,6 +1,9 @@
 package integration
 
 import (
+	"context"
+	"io"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -9,6 +12,9 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/sqs"
 )
 
 var (
@@ -47,8 +53,17 @@ type process struct {
 }
 
 // startBinary runs `tenant-worker run` configured only through the
-// environment, as a Deployment would.
+// environment, as a Deployment would; its logs become h.logs.
 func (h *harness) startBinary(extraEnv ...string) *process {
+	h.t.Helper()
+	p := h.spawn(nil, extraEnv...)
+	h.logs = p.logs
+	return p
+}
+
+// spawn starts a worker process whose logs also go to shared (if set), and
+// waits until it consumes its queues.
+func (h *harness) spawn(shared *syncBuffer, extraEnv ...string) *process {
 	h.t.Helper()
 	tokenFile := filepath.Join(h.t.TempDir(), "git-token")
 	if err := os.WriteFile(tokenFile, []byte(token+"\n"), 0o600); err != nil {
@@ -69,7 +84,11 @@ func (h *harness) startBinary(extraEnv ...string) *process {
 		"SQS_WAIT_TIME=1s", "RETRY_DELAY=1s", "MAX_RETRY_DELAY=2s", "SHUTDOWN_GRACE=5s",
 	}, extraEnv...)
 	p := &process{cmd: cmd, logs: &syncBuffer{}, done: make(chan error, 1)}
-	cmd.Stdout, cmd.Stderr = p.logs, p.logs
+	var out io.Writer = p.logs
+	if shared != nil {
+		out = io.MultiWriter(p.logs, shared)
+	}
+	cmd.Stdout, cmd.Stderr = out, out
 	if err := cmd.Start(); err != nil {
 		h.t.Fatal(err)
 	}
@@ -78,11 +97,25 @@ func (h *harness) startBinary(extraEnv ...string) *process {
 		_ = cmd.Process.Kill()
 		<-p.done
 	})
-	h.logs = p.logs
-	h.waitFor("worker consuming its queues", 20*time.Second, func() bool {
-		return len(p.logs.lines("message", "consuming queue")) == 3
-	})
+	deadline := time.Now().Add(20 * time.Second)
+	for len(p.logs.lines("message", "consuming queue")) < 3 {
+		if time.Now().After(deadline) {
+			h.t.Fatalf("worker did not start:\n%s", p.logs.String())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 	return p
+}
+
+// stopped waits for the process to exit and returns its error.
+func (p *process) stopped(timeout time.Duration) (error, bool) {
+	select {
+	case err := <-p.done:
+		p.done <- err // for the cleanup
+		return err, true
+	case <-time.After(timeout):
+		return nil, false
+	}
 }
 
 func TestBinaryConfiguredByEnvironment(t *testing.T) {
@@ -101,14 +134,8 @@ func TestBinaryConfiguredByEnvironment(t *testing.T) {
 	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
-	select {
-	case err := <-p.done:
-		p.done <- err // for the cleanup
-		if err != nil {
-			t.Fatalf("exit after SIGTERM: %v\n%s", err, p.logs.String())
-		}
-	case <-time.After(15 * time.Second):
-		t.Fatal("worker did not stop after SIGTERM")
+	if err, ok := p.stopped(15 * time.Second); !ok || err != nil {
+		t.Fatalf("exit after SIGTERM: %v (exited: %v)\n%s", err, ok, p.logs.String())
 	}
 	if len(p.logs.lines("message", "stopped")) != 1 {
 		t.Fatalf("no clean stop logged:\n%s", p.logs.String())
@@ -131,5 +158,40 @@ func TestBinaryRefusesBadSettings(t *testing.T) {
 	}
 	if strings.Contains(string(out), token) {
 		t.Fatal("error output shows the token from the URL")
+	}
+}
+
+func TestShutdownReleasesWhatItCannotFinish(t *testing.T) {
+	h := newHarness(t, true)
+	p := h.startBinary("SHUTDOWN_GRACE=1s", "SQS_VISIBILITY_TIMEOUT=60s")
+	stall := make(chan struct{})
+	defer close(stall)
+	h.git.SetHook(func(w http.ResponseWriter, r *http.Request) bool {
+		if r.Method == http.MethodPost && strings.HasSuffix(r.URL.Path, "git-receive-pack") {
+			<-stall // the push hangs until the test ends
+		}
+		return true
+	})
+	id := h.send(h.q.onboarding, `{"tenant_id":"tenant-1","tenant_tier":"premium","release_version":"0.0"}`)
+	h.waitFor("the push to start", 10*time.Second, func() bool {
+		return h.queueCount(h.q.onboarding) == 1 && len(p.logs.lines("message", "repository ready")) == 1 && strings.Contains(p.logs.String(), "")
+	})
+	time.Sleep(500 * time.Millisecond)
+	start := time.Now()
+	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	if err, ok := p.stopped(10 * time.Second); !ok || err != nil {
+		t.Fatalf("exit after SIGTERM: %v (exited: %v)\n%s", err, ok, p.logs.String())
+	}
+	if d := time.Since(start); d > 5*time.Second {
+		t.Fatalf("shutdown took %s with a 1s grace", d)
+	}
+	// The message is visible again at once, not after its 60s timeout.
+	out, err := h.api.ReceiveMessage(context.Background(), &sqs.ReceiveMessageInput{
+		QueueUrl: aws.String(h.q.onboarding), WaitTimeSeconds: 2,
+	})
+	if err != nil || len(out.Messages) != 1 || aws.ToString(out.Messages[0].MessageId) != id {
+		t.Fatalf("message not released on shutdown: %v %v\n%s", out, err, p.logs.String())
 	}
 }
