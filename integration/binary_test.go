@@ -65,13 +65,19 @@ func (h *harness) startBinary(extraEnv ...string) *process {
 // waits until it consumes its queues.
 func (h *harness) spawn(shared *syncBuffer, extraEnv ...string) *process {
 	h.t.Helper()
+	return h.spawnIn(h.cloneDir, shared, extraEnv...)
+}
+
+// spawnIn is spawn with the clone kept in cloneDir ("" keeps it in memory).
+func (h *harness) spawnIn(cloneDir string, shared *syncBuffer, extraEnv ...string) *process {
+	h.t.Helper()
 	tokenFile := filepath.Join(h.t.TempDir(), "git-token")
 	if err := os.WriteFile(tokenFile, []byte(token+"\n"), 0o600); err != nil {
 		h.t.Fatal(err)
 	}
 	cmd := exec.Command(workerBinary(h.t), "run")
 	cmd.Env = append([]string{
-		"PATH=" + os.Getenv("PATH"), "HOME=" + os.TempDir(),
+		"PATH=" + os.Getenv("PATH"), "HOME=" + os.TempDir(), "LOG_LEVEL=debug",
 		"AWS_REGION=us-east-1", "AWS_ACCESS_KEY_ID=test", "AWS_SECRET_ACCESS_KEY=test",
 		"AWS_ENDPOINT_URL_SQS=" + sqsEndpoint,
 		"ONBOARDING_QUEUE=" + queueName(h.q.onboarding),
@@ -79,7 +85,7 @@ func (h *harness) spawn(shared *syncBuffer, extraEnv ...string) *process {
 		"DEPLOYMENT_QUEUE=" + h.q.deployment,
 		"GIT_REPO_URL=" + h.git.RepoURL(repoName),
 		"GIT_TOKEN_FILE=" + tokenFile,
-		"GIT_CLONE_DIR=" + h.cloneDir,
+		"GIT_CLONE_DIR=" + cloneDir,
 		"HTTP_ADDR=127.0.0.1:0",
 		"SQS_WAIT_TIME=1s", "RETRY_DELAY=1s", "MAX_RETRY_DELAY=2s", "SHUTDOWN_GRACE=5s",
 	}, extraEnv...)

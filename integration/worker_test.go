@@ -115,14 +115,11 @@ func TestOnboardOffboardDeploy(t *testing.T) {
 
 func queueName(url string) string { return url[strings.LastIndex(url, "/")+1:] }
 
-// assertNoToken scans every output of the run for the git token.
+// assertNoToken scans every output of the run, and the on-disk clone, for
+// the git token.
 func assertNoToken(t *testing.T, h *harness, extra ...string) {
 	t.Helper()
-	for i, s := range append(extra, h.logs.String()) {
-		if strings.Contains(s, token) {
-			t.Errorf("output %d contains the git token", i)
-		}
-	}
+	assertNoTokenInOutput(t, h, extra...)
 	err := filepath.Walk(h.cloneDir, func(p string, info os.FileInfo, err error) error {
 		if err != nil || info.IsDir() {
 			return err
@@ -136,9 +133,16 @@ func assertNoToken(t *testing.T, h *harness, extra ...string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg, err := os.ReadFile(filepath.Join(h.cloneDir, "config"))
-	if err != nil || !strings.Contains(string(cfg), h.git.RepoURL(repoName)) {
-		t.Fatalf("clone config %q (%v) does not name the plain remote URL", cfg, err)
+	configs, _ := filepath.Glob(filepath.Join(h.cloneDir, "config"))
+	more, _ := filepath.Glob(filepath.Join(h.cloneDir, "*", "config"))
+	if configs = append(configs, more...); len(configs) == 0 {
+		t.Fatal("no clone config found")
+	}
+	for _, c := range configs {
+		cfg, err := os.ReadFile(c)
+		if err != nil || !strings.Contains(string(cfg), h.git.RepoURL(repoName)) {
+			t.Fatalf("clone config %s %q (%v) does not name the plain remote URL", c, cfg, err)
+		}
 	}
 }
 
@@ -306,4 +310,14 @@ func TestGitOutageIsRetriedNotLost(t *testing.T) {
 	}
 	h.waitFor("queue empty", 10*time.Second, func() bool { return h.queueCount(h.q.onboarding) == 0 })
 	assertNoToken(t, h, h.httpGet("/metrics"))
+}
+
+// assertNoTokenInOutput scans logs and the extra outputs for the git token.
+func assertNoTokenInOutput(t *testing.T, h *harness, extra ...string) {
+	t.Helper()
+	for i, s := range append(extra, h.logs.String()) {
+		if strings.Contains(s, token) {
+			t.Errorf("output %d contains the git token", i)
+		}
+	}
 }

@@ -59,7 +59,7 @@ func Default() Options {
 		GitAuthorEmail:    "admin@example.com",
 		GitopsRoot:        "application-plane/production",
 		GitTimeout:        30 * time.Second,
-		PushAttempts:      5,
+		PushAttempts:      10,
 		WaitTime:          20 * time.Second,
 		MaxMessages:       10,
 		VisibilityTimeout: 120 * time.Second,

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"os"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/go-git/go-billy/v5/osfs"
@@ -17,6 +18,7 @@ import (
 	"github.com/go-git/go-git/v5/plumbing"
 	"github.com/go-git/go-git/v5/plumbing/cache"
 	"github.com/go-git/go-git/v5/plumbing/object"
+	"github.com/go-git/go-git/v5/plumbing/protocol/packp/capability"
 	githttp "github.com/go-git/go-git/v5/plumbing/transport/http"
 	"github.com/go-git/go-git/v5/storage"
 	"github.com/go-git/go-git/v5/storage/filesystem"
@@ -44,6 +46,15 @@ type Repo struct {
 	repo *git.Repository
 	auth *githttp.BasicAuth
 	head plumbing.Hash // the remote branch as of the last fetch or push
+
+	mu           sync.Mutex
+	written      map[plumbing.Hash]written // objects of commits not yet pushed
+	trackedCount int
+	receiveCaps  *capability.List // the server's receive-pack capabilities
+
+	heads         int // new heads taken in since the last compaction
+	compactEvery  int // overrides compactEvery (tests)
+	compactedSize int // objects right after the last compaction
 }
 
 // Open opens (or creates) the clone and fetches the branch.
@@ -51,18 +62,12 @@ func Open(ctx context.Context, opts Options) (*Repo, error) {
 	if opts.Timeout <= 0 {
 		opts.Timeout = 30 * time.Second
 	}
-	var st storage.Storer
-	if opts.Dir == "" {
-		st = memory.NewStorage()
-	} else {
-		if err := os.MkdirAll(opts.Dir, 0o700); err != nil {
-			return nil, fmt.Errorf("create clone dir: %w", err)
+	repo, err := openStorage(opts.Dir)
+	if err != nil && opts.Dir != "" {
+		// A clone left broken (a crash mid-write) is only a cache: start over.
+		if rmErr := os.RemoveAll(opts.Dir); rmErr == nil {
+			repo, err = openStorage(opts.Dir)
 		}
-		st = filesystem.NewStorage(osfs.New(opts.Dir), cache.NewObjectLRUDefault())
-	}
-	repo, err := git.Open(st, nil)
-	if errors.Is(err, git.ErrRepositoryNotExists) {
-		repo, err = git.Init(st, nil)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("open clone: %w", err)
@@ -82,6 +87,34 @@ func Open(ctx context.Context, opts Options) (*Repo, error) {
 		return nil, err
 	}
 	return r, nil
+}
+
+// openStorage opens or creates the object storage: in memory, or in dir.
+func openStorage(dir string) (*git.Repository, error) {
+	var st storage.Storer
+	if dir == "" {
+		st = memory.NewStorage()
+	} else {
+		if _, err := os.Stat(dir); errors.Is(err, os.ErrNotExist) {
+			// A compaction interrupted between its two renames.
+			_ = os.Rename(dir+compactSuffix, dir)
+		}
+		if err := os.MkdirAll(dir, 0o700); err != nil {
+			return nil, fmt.Errorf("create clone dir: %w", err)
+		}
+		st = filesystem.NewStorage(osfs.New(dir), cache.NewObjectLRUDefault())
+	}
+	repo, err := git.Open(st, nil)
+	if errors.Is(err, git.ErrRepositoryNotExists) {
+		repo, err = git.Init(st, nil)
+	}
+	if err != nil {
+		return nil, err
+	}
+	if _, err := repo.Config(); err != nil {
+		return nil, err
+	}
+	return repo, nil
 }
 
 func (r *Repo) trackingRef() plumbing.ReferenceName {
@@ -132,7 +165,12 @@ func (r *Repo) Fetch(ctx context.Context) (plumbing.Hash, error) {
 	if err != nil {
 		return plumbing.ZeroHash, fmt.Errorf("read %s: %w", r.trackingRef(), err)
 	}
-	r.head = ref.Hash()
+	if ref.Hash() != r.head {
+		r.head = ref.Hash()
+		if err := r.maybeCompact(); err != nil {
+			return plumbing.ZeroHash, err
+		}
+	}
 	return r.head, nil
 }
 
@@ -165,7 +203,8 @@ func (r *Repo) Commit(parent plumbing.Hash, files map[string][]byte, msg string)
 		}
 		baseTree, parents = c.TreeHash, []plumbing.Hash{parent}
 	}
-	tree, err := writeTree(st, baseTree, files)
+	var objects []plumbing.Hash
+	tree, err := writeTree(st, baseTree, files, &objects)
 	if err != nil {
 		return plumbing.ZeroHash, fmt.Errorf("write tree: %w", err)
 	}
@@ -182,14 +221,13 @@ func (r *Repo) Commit(parent plumbing.Hash, files map[string][]byte, msg string)
 	if err != nil {
 		return plumbing.ZeroHash, fmt.Errorf("store commit: %w", err)
 	}
+	r.track(h, parent, objects)
 	return h, nil
 }
 
-// Push makes commit the remote branch, provided the branch is still at
-// parent (a compare-and-swap: never a force push). A lost race is ErrConflict.
-func (r *Repo) Push(ctx context.Context, parent, commit plumbing.Hash) error {
-	ctx, cancel := context.WithTimeout(ctx, r.opts.Timeout)
-	defer cancel()
+// pushWalking pushes with go-git's own push, which walks the history to find
+// the objects to send; used for commits this Repo did not write.
+func (r *Repo) pushWalking(ctx context.Context, parent, commit plumbing.Hash) error {
 	dst := plumbing.NewBranchReferenceName(r.opts.Branch)
 	opts := &git.PushOptions{
 		RemoteName: remoteName,

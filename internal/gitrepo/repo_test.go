@@ -178,3 +178,45 @@ func TestSnapshot(t *testing.T) {
 		t.Fatal("empty snapshot has files")
 	}
 }
+
+func TestCompaction(t *testing.T) {
+	srv, url := startServer(t)
+	for _, dir := range []string{"", t.TempDir() + "/clone"} {
+		r, err := open(t, url, dir, token)
+		if err != nil {
+			t.Fatal(err)
+		}
+		r.compactEvery = 3
+		for i := 0; i < 10; i++ {
+			head := r.Head()
+			c, err := r.Commit(head, map[string][]byte{"a/one.yaml": []byte(strings.Repeat("x", i+1))}, "edit")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := r.Push(context.Background(), head, c); err != nil {
+				t.Fatalf("push %d (dir %q): %v", i, dir, err)
+			}
+			if i%2 == 0 {
+				if err := srv.WriteFile("gitops.git", "main", "b/other.txt", strings.Repeat("y", i+1), "other"); err != nil {
+					t.Fatal(err)
+				}
+				if _, err := r.Fetch(context.Background()); err != nil {
+					t.Fatalf("fetch after compaction (dir %q): %v", dir, err)
+				}
+			}
+		}
+		if r.compactedSize == 0 {
+			t.Fatalf("never compacted (dir %q)", dir)
+		}
+		if _, _, err := r.CommitInfo(r.Head()); err != nil {
+			t.Fatal(err)
+		}
+		snap, _ := r.Snapshot(r.Head())
+		if b, err := snap.ReadFile("a/one.yaml"); err != nil || string(b) != strings.Repeat("x", 10) {
+			t.Fatalf("after compaction: %q %v", b, err)
+		}
+		if out, err := srv.Output("gitops.git", "fsck", "--strict"); err != nil {
+			t.Fatalf("fsck: %v %s", err, out)
+		}
+	}
+}

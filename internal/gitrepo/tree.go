@@ -16,7 +16,8 @@ import (
 // content, nil deletes). Only the trees on changed paths are rewritten, so
 // the cost follows the size of the change, not of the repository. A tree
 // left with no entries is dropped, as git does.
-func writeTree(s storer.EncodedObjectStorer, base plumbing.Hash, files map[string][]byte) (plumbing.Hash, error) {
+// The hashes of the objects written are appended to written.
+func writeTree(s storer.EncodedObjectStorer, base plumbing.Hash, files map[string][]byte, written *[]plumbing.Hash) (plumbing.Hash, error) {
 	var entries []object.TreeEntry
 	if !base.IsZero() {
 		t, err := object.GetTree(s, base)
@@ -69,6 +70,7 @@ func writeTree(s storer.EncodedObjectStorer, base plumbing.Hash, files map[strin
 		if err != nil {
 			return plumbing.ZeroHash, err
 		}
+		*written = append(*written, h)
 		mode := filemode.Regular
 		if i, ok := index[name]; ok && entries[i].Mode == filemode.Executable {
 			mode = filemode.Executable
@@ -82,7 +84,7 @@ func writeTree(s storer.EncodedObjectStorer, base plumbing.Hash, files map[strin
 		} else if ok && entries[i].Name != "" {
 			return plumbing.ZeroHash, fmt.Errorf("%s is a file, not a directory", name)
 		}
-		h, err := writeTree(s, subBase, sub)
+		h, err := writeTree(s, subBase, sub, written)
 		if err != nil {
 			return plumbing.ZeroHash, err
 		}
@@ -111,7 +113,11 @@ func writeTree(s storer.EncodedObjectStorer, base plumbing.Hash, files map[strin
 	if err := t.Encode(obj); err != nil {
 		return plumbing.ZeroHash, fmt.Errorf("encode tree: %w", err)
 	}
-	return s.SetEncodedObject(obj)
+	h, err := s.SetEncodedObject(obj)
+	if err == nil {
+		*written = append(*written, h)
+	}
+	return h, err
 }
 
 func sortKey(e object.TreeEntry) string {

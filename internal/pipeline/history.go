@@ -50,7 +50,12 @@ func (h *history) update(head plumbing.Hash) error {
 		}
 		parents, msg, err := h.repo.CommitInfo(c)
 		if err != nil {
-			return err
+			if c == head {
+				return err
+			}
+			// Older commits may be gone from a compacted clone: history
+			// ends there.
+			continue
 		}
 		h.known[c] = trailerIDs(msg)
 		for _, id := range h.known[c] {

@@ -71,7 +71,7 @@ type Options struct {
 	Layout gitops.Layout
 	// MaxAttempts bounds the push attempts of one batch after lost races.
 	MaxAttempts int
-	// RetryDelay is the base of the jittered delay between attempts.
+	// RetryDelay scales the random pause between attempts.
 	RetryDelay time.Duration
 	// HistoryDepth is how many recent commits are searched for the message
 	// id trailers of redelivered messages.
@@ -95,7 +95,7 @@ func New(repo Repository, opts Options, m *metrics.Metrics) *Pipeline {
 		opts.MaxAttempts = 5
 	}
 	if opts.RetryDelay <= 0 {
-		opts.RetryDelay = 50 * time.Millisecond
+		opts.RetryDelay = 20 * time.Millisecond
 	}
 	if opts.HistoryDepth <= 0 {
 		opts.HistoryDepth = 1000
@@ -135,13 +135,21 @@ func (p *Pipeline) Apply(ctx context.Context, jobs []Job) []Result {
 	p.metrics.LockWait.Observe(time.Since(waited).Seconds())
 
 	log := zerolog.Ctx(ctx)
+	plans := map[int]planned{} // kept across attempts
 	for attempt := 1; ; attempt++ {
-		b := &batch{p: p, jobs: jobs, results: make([]Result, len(jobs))}
+		b := &batch{p: p, jobs: jobs, results: make([]Result, len(jobs)), plans: plans}
 		err := b.run(ctx)
+		ev := log.Debug().Int("jobs", len(jobs)).Int("attempt", attempt).AnErr("push_error", err)
+		for step, d := range b.spent {
+			ev = ev.Dur(step, d)
+		}
+		ev.Msg("batch attempt done")
 		if err == nil || !gitrepo.IsConflict(err) || attempt >= p.opts.MaxAttempts {
 			return b.finish(err, attempt)
 		}
-		delay := p.opts.RetryDelay*time.Duration(attempt) + rand.N(p.opts.RetryDelay)
+		// A short random pause: enough to break the lockstep of replicas
+		// racing each other, short enough to win against a busy writer.
+		delay := rand.N(p.opts.RetryDelay * time.Duration(min(attempt, 4)))
 		log.Info().Err(err).Int("attempt", attempt).Dur("retry_in", delay).Msg("push lost a race; re-applying on the new head")
 		if err := sleep(ctx, delay); err != nil {
 			for i := range results {
@@ -165,6 +173,8 @@ type batch struct {
 	// the batch, to find which job breaks them.
 	perJob  bool
 	changed []string // paths the pending commits change
+	spent   map[string]time.Duration
+	plans   map[int]planned // by job index, shared by the attempts of a batch
 }
 
 // finish turns the attempt's per-job results into final ones, given how
@@ -223,7 +233,7 @@ func (b *batch) run(ctx context.Context) error {
 		if err := b.checkTip(); err != nil {
 			// Some job breaks the build: start over, checking job by job.
 			zerolog.Ctx(ctx).Info().Err(err).Msg("batch does not build; validating its messages one by one")
-			*b = batch{p: b.p, jobs: b.jobs, results: make([]Result, len(b.jobs)), perJob: true}
+			*b = batch{p: b.p, jobs: b.jobs, results: make([]Result, len(b.jobs)), perJob: true, plans: b.plans}
 			return b.run(ctx)
 		}
 	}
@@ -234,7 +244,12 @@ func (b *batch) run(ctx context.Context) error {
 func (b *batch) timed(step string, fn func() error) error {
 	start := time.Now()
 	err := fn()
-	b.p.metrics.StepDuration.WithLabelValues(step).Observe(time.Since(start).Seconds())
+	d := time.Since(start)
+	b.p.metrics.StepDuration.WithLabelValues(step).Observe(d.Seconds())
+	if b.spent == nil {
+		b.spent = map[string]time.Duration{}
+	}
+	b.spent[step] += d
 	return err
 }
 

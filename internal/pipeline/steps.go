@@ -38,12 +38,7 @@ func (b *batch) applyJob(_ context.Context, i int) {
 		return
 	}
 
-	var plan gitops.Change
-	err = b.timed("render", func() error {
-		var err error
-		plan, err = b.p.opts.Layout.Plan(before, job.Request)
-		return err
-	})
+	plan, err := b.plan(before, i)
 	if err != nil {
 		res.Err = err
 		return
@@ -109,6 +104,36 @@ func (b *batch) checkTip() error {
 		}
 		return b.p.checker.CheckDirs(tip, b.changed)
 	})
+}
+
+// plan computes job i's change on before. The change depends only on the
+// tree below the layout's root, so when a lost race brought only unrelated
+// commits (image automation elsewhere, notes), the previous attempt's plan
+// is reused: re-applying then costs a commit, not a render.
+func (b *batch) plan(before *gitrepo.Snapshot, i int) (gitops.Change, error) {
+	root, hashErr := before.DirHash(b.p.opts.Layout.Root)
+	if hashErr == nil {
+		if c, ok := b.plans[i]; ok && c.root == root {
+			return c.change, c.err
+		}
+	}
+	var change gitops.Change
+	err := b.timed("render", func() error {
+		var err error
+		change, err = b.p.opts.Layout.Plan(before, b.jobs[i].Request)
+		return err
+	})
+	if hashErr == nil {
+		b.plans[i] = planned{root: root, change: change, err: err}
+	}
+	return change, err
+}
+
+// planned is a job's plan and the root tree it was computed on.
+type planned struct {
+	root   string
+	change gitops.Change
+	err    error
 }
 
 // push publishes the batch's commits if the branch is still where the batch

@@ -37,7 +37,8 @@ func New(a Applier, m *metrics.Metrics) *Worker {
 func (w *Worker) Handler(kind message.Kind, queueName string) queue.Handler {
 	return func(ctx context.Context, msgs []queue.Message) []queue.Disposition {
 		start := time.Now()
-		base := zerolog.Ctx(ctx).With().Str("queue", queueName).Str("kind", string(kind)).Logger()
+		// The consumer's logger already names the queue.
+		base := zerolog.Ctx(ctx).With().Str("kind", string(kind)).Logger()
 		logs := make([]zerolog.Logger, len(msgs))
 		ds := make([]queue.Disposition, len(msgs))
 		outcomes := make([]string, len(msgs))

@@ -1,0 +1,340 @@
+package integration
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"net/http"
+	"os"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/sqs"
+	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
+
+	"github.com/tenant-worker/tenant-worker/internal/gitrepo"
+	"github.com/tenant-worker/tenant-worker/internal/gitserver"
+)
+
+// otherWriter pushes unrelated commits to the branch every 50-200 ms, the
+// way a person or Flux image automation would, until stopped. It pushes
+// through the same server as user "image-automation", whose pushes the fault
+// injection spares.
+func otherWriter(t *testing.T, srv *gitserver.Server, stop <-chan struct{}) *atomic.Int64 {
+	t.Helper()
+	repo, err := gitrepo.Open(context.Background(), gitrepo.Options{URL: srv.RepoURL(repoName), Branch: "main",
+		Username: "image-automation", Token: token, AuthorName: "fluxcdbot", AuthorEmail: "fluxcdbot@example.com"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var pushed atomic.Int64
+	go func() {
+		r := rand.New(rand.NewPCG(7, 7))
+		for i := 0; ; i++ {
+			select {
+			case <-stop:
+				return
+			case <-time.After(time.Duration(50+r.IntN(150)) * time.Millisecond):
+			}
+			file := map[string][]byte{fmt.Sprintf("unrelated/note-%d.txt", i%20): []byte(fmt.Sprintf("edit %d\n", i))}
+			for try := 0; try < 5; try++ {
+				head := repo.Head()
+				c, err := repo.Commit(head, file, fmt.Sprintf("Unrelated edit %d", i))
+				if err == nil {
+					if err = repo.Push(context.Background(), head, c); err == nil {
+						pushed.Add(1)
+						break
+					}
+				}
+				_, _ = repo.Fetch(context.Background())
+			}
+		}
+	}()
+	return &pushed
+}
+
+// TestFaultRun sends more than 300 messages across the three queues while
+// another writer pushes to the branch, the git server fails and stalls
+// pushes, worker processes are killed with SIGKILL and restarted, and two
+// workers run at once for part of the run. Nothing may be lost or applied
+// twice, and the tree must be exactly what the messages ask for.
+func TestFaultRun(t *testing.T) {
+	if testing.Short() {
+		t.Skip("fault run skipped in -short mode")
+	}
+	h := newHarness(t, false)
+	h.q = createQueuesOpts(t, h.api, true, false)
+	// Chaos raises receive counts; keep the redrive limit out of the way.
+	for _, u := range []string{h.q.onboarding, h.q.offboarding, h.q.deployment} {
+		attrs, err := h.api.GetQueueAttributes(context.Background(), &sqs.GetQueueAttributesInput{QueueUrl: aws.String(u),
+			AttributeNames: []types.QueueAttributeName{types.QueueAttributeNameRedrivePolicy}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		policy := strings.Replace(attrs.Attributes["RedrivePolicy"], `"maxReceiveCount":"5"`, `"maxReceiveCount":"50"`, 1)
+		if _, err := h.api.SetQueueAttributes(context.Background(), &sqs.SetQueueAttributesInput{QueueUrl: aws.String(u),
+			Attributes: map[string]string{"RedrivePolicy": policy}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	// (b) 10% of pushes fail with HTTP 500; every 15th stalls for 2 s and
+	// every 40th for 6 s (longer than the worker's git timeout).
+	var pushes, failed, stalled atomic.Int64
+	var mu sync.Mutex
+	r := rand.New(rand.NewPCG(1, 2))
+	h.git.SetHook(func(w http.ResponseWriter, req *http.Request) bool {
+		if user, _, _ := req.BasicAuth(); user == "image-automation" ||
+			req.Method != http.MethodPost || !strings.HasSuffix(req.URL.Path, "git-receive-pack") {
+			return true
+		}
+		n := pushes.Add(1)
+		mu.Lock()
+		x := r.Float64()
+		mu.Unlock()
+		switch {
+		case x < 0.10:
+			failed.Add(1)
+			http.Error(w, "injected failure", http.StatusInternalServerError)
+			return false
+		case n%40 == 0:
+			stalled.Add(1)
+			time.Sleep(6 * time.Second)
+		case n%15 == 0:
+			stalled.Add(1)
+			time.Sleep(2 * time.Second)
+		}
+		return true
+	})
+
+	env := []string{"GIT_TIMEOUT=4s", "SQS_VISIBILITY_TIMEOUT=5s", "PUSH_ATTEMPTS=30"}
+	logs := &syncBuffer{}
+	h.logs = logs
+	if path := os.Getenv("FAULT_LOG"); path != "" {
+		t.Cleanup(func() { _ = os.WriteFile(path, []byte(logs.String()), 0o644) })
+	}
+	var wmu sync.Mutex
+	// Each replica keeps its clone in memory (the default), so a restarted
+	// one clones again.
+	replicaDir := func(int) string { return "" }
+	workers := []*process{h.spawnIn(replicaDir(0), logs, env...)}
+
+	// (a) another writer.
+	stopWriter := make(chan struct{})
+	writes := otherWriter(t, h.git, stopWriter)
+
+	// (c) and (d): kill a worker now and then and restart it; run a second
+	// worker for the middle of the run.
+	stopChaos := make(chan struct{})
+	chaosDone := make(chan struct{})
+	var kills atomic.Int64
+	go func() {
+		defer close(chaosDone)
+		cr := rand.New(rand.NewPCG(3, 4))
+		// Eight events at random moments: six SIGKILLs, and a second
+		// replica that runs from the second event to the sixth.
+		for i := 0; i < 8; i++ {
+			select {
+			case <-stopChaos:
+				return
+			case <-time.After(time.Duration(1500+cr.IntN(3000)) * time.Millisecond):
+			}
+			wmu.Lock()
+			switch {
+			case i == 1:
+				workers = append(workers, h.spawnIn(replicaDir(1), logs, env...))
+			case i == 5 && len(workers) > 1:
+				_ = workers[1].cmd.Process.Signal(syscall.SIGTERM)
+				workers[1].stopped(20 * time.Second)
+				workers = workers[:1]
+			default:
+				k := cr.IntN(len(workers))
+				_ = workers[k].cmd.Process.Kill()
+				workers[k].stopped(10 * time.Second)
+				kills.Add(1)
+				workers[k] = h.spawnIn(replicaDir(k), logs, env...)
+			}
+			wmu.Unlock()
+		}
+	}()
+
+	// The messages. Phase 1: 240 onboardings, 30 bad messages, 20 exact
+	// duplicates. Phase 2: 40 offboardings, a deployment per tier and 5
+	// offboardings from the wrong tier. Within a phase the outcome does not
+	// depend on the order, so the final tree is known.
+	m := newModel()
+	want := map[string]string{} // message id -> expected outcome class
+	send := func(queueURL, body, outcome string) string {
+		id := h.send(queueURL, body)
+		want[id] = outcome
+		return id
+	}
+	tiers := []string{"premium", "advanced", "basic"}
+	var bodies, ids []string
+	for i := 1; i <= 240; i++ {
+		id, tier := fmt.Sprintf("f%d", i), tiers[i%3]
+		body := fmt.Sprintf(`{"tenant_id":%q,"tenant_tier":%q,"release_version":"0.0"}`, id, tier)
+		m.step("onboarding", id, tier, "0.0")
+		ids = append(ids, send(h.q.onboarding, body, "applied"))
+		bodies = append(bodies, body)
+		if i%12 == 0 {
+			// An exact duplicate of an earlier message: whichever of the two
+			// is handled first applies, the other is a no-op.
+			send(h.q.onboarding, bodies[i/2], "either")
+			want[ids[i/2]] = "either"
+			send([]string{h.q.onboarding, h.q.offboarding, h.q.deployment}[i%36/12],
+				fmt.Sprintf(`{"tenant_id":"bad_%d","tenant_tier":"x"}`, i), "rejected")
+		}
+		if i%24 == 0 {
+			send(h.q.onboarding, fmt.Sprintf(`{"tenant_id":"f%d","tenant_tier":"premium","release_version":"1"}`, i), "rejected")
+			send(h.q.onboarding, `not json at all`, "rejected")
+		}
+	}
+	for len(want) < 290 {
+		send(h.q.onboarding, fmt.Sprintf(`{"tenant_id":"x%d"}`, len(want)), "rejected")
+	}
+	h.waitAccounted(want, logs, 240*time.Second)
+
+	for i := 1; i <= 40; i++ {
+		id, tier := fmt.Sprintf("f%d", i*5), tiers[i*5%3]
+		m.step("offboarding", id, tier, "")
+		send(h.q.offboarding, fmt.Sprintf(`{"tenant_id":%q,"tenant_tier":%q}`, id, tier), "applied")
+	}
+	for _, tier := range tiers {
+		m.step("deployment", "", tier, "1.0")
+		send(h.q.deployment, fmt.Sprintf(`{"tenant_tier":%q,"release_version":"1.0"}`, tier), "applied")
+	}
+	for i := 1; i <= 5; i++ {
+		id := fmt.Sprintf("f%d", i*5+1) // not offboarded above
+		send(h.q.offboarding, fmt.Sprintf(`{"tenant_id":%q,"tenant_tier":%q}`, id, tiers[(i*5+2)%3]), "rejected")
+	}
+	redelivered := h.waitAccounted(want, logs, 240*time.Second)["redelivered"]
+
+	close(stopChaos)
+	<-chaosDone
+	close(stopWriter)
+	wmu.Lock()
+	for _, w := range workers {
+		_ = w.cmd.Process.Signal(syscall.SIGTERM)
+		if err, ok := w.stopped(20 * time.Second); !ok || err != nil {
+			t.Errorf("worker exit: %v (exited %v)", err, ok)
+		}
+	}
+	wmu.Unlock()
+
+	// Zero lost: every message settled, the tree is exactly the model's.
+	for _, u := range []string{h.q.onboarding, h.q.offboarding, h.q.deployment} {
+		if n := h.queueCount(u); n != 0 {
+			t.Errorf("%d messages left in %s", n, u)
+		}
+	}
+	h.checkInvariants(m, true)
+	// Zero applied twice: no message id in two commits.
+	perID := map[string]int{}
+	for _, id := range strings.Fields(h.gitOut("log", "--format=%(trailers:key=Tenant-Worker-Message-Id,valueonly,separator= )", "main")) {
+		perID[id]++
+	}
+	applied := 0
+	for id, n := range perID {
+		if n > 1 {
+			t.Errorf("message %s applied %d times", id, n)
+		}
+		if want[id] != "applied" && want[id] != "either" {
+			t.Errorf("message %s has a commit but should be %s", id, want[id])
+		}
+		applied++
+	}
+	// Rejected messages are in the dead-letter queues with a reason.
+	dead := map[string]string{}
+	for _, kind := range []string{"onboarding", "offboarding", "deployment"} {
+		for id, reason := range h.drainDLQ(h.q.dlq[kind]) {
+			dead[id] = reason
+		}
+	}
+	rejected := 0
+	for id, w := range want {
+		if w == "rejected" {
+			rejected++
+			if dead[id] == "" {
+				t.Errorf("rejected message %s not in a dead-letter queue", id)
+			}
+		}
+	}
+	t.Logf("fault run: %d messages sent: %d applied (one commit each), %d duplicates were no-ops, %d rejected and dead-lettered, 0 lost; "+
+		"%d redeliveries recognised by their trailer; %d SIGKILLs; %d unrelated commits by another writer; %d pushes reached the server, "+
+		"%d failed with HTTP 500, %d stalled; %d lost push races; %d transient failures retried through SQS",
+		len(want), applied, len(want)-applied-rejected, rejected, redelivered, kills.Load(), writes.Load(), pushes.Load(), failed.Load(), stalled.Load(),
+		strings.Count(logs.String(), "push lost a race"), strings.Count(logs.String(), "message failed; SQS will redeliver it"))
+	if kills.Load() < 3 {
+		t.Errorf("only %d SIGKILLs", kills.Load())
+	}
+	if applied != 283 || rejected != len(want)-283-20 {
+		t.Errorf("applied %d, rejected %d: the accounting does not add up", applied, rejected)
+	}
+	assertNoTokenInOutput(t, h)
+}
+
+// waitAccounted waits until every message in want has a final outcome in
+// the logs (of any worker process) and returns counts by outcome.
+func (h *harness) waitAccounted(want map[string]string, logs *syncBuffer, timeout time.Duration) map[string]int {
+	h.t.Helper()
+	var counts map[string]int
+	h.waitFor("every message accounted for", timeout, func() bool {
+		seen := map[string]string{}
+		redelivered := 0
+		for _, l := range logs.lines("level", "info") {
+			id, _ := l["message_id"].(string)
+			switch l["message"] {
+			case "tenant change pushed":
+				seen[id] = "applied"
+			case "already carried out; nothing to push":
+				if seen[id] == "" {
+					seen[id] = "noop"
+				}
+			case "already applied by an earlier delivery of this message":
+				if seen[id] == "" {
+					seen[id] = "noop"
+				}
+				redelivered++
+			}
+		}
+		for _, l := range logs.lines("level", "warn") {
+			if l["message"] == "message rejected" {
+				seen[l["message_id"].(string)] = "rejected"
+			}
+		}
+		counts = map[string]int{"redelivered": redelivered}
+		missing := 0
+		for id := range want {
+			if seen[id] == "" {
+				missing++
+			}
+		}
+		if missing > 0 {
+			if time.Now().Unix()%5 == 0 {
+				h.t.Logf("%d of %d messages not accounted for yet", missing, len(want))
+			}
+			return false
+		}
+		for id, w := range want {
+			got := seen[id]
+			if w == "applied" && got == "noop" {
+				got = "applied" // applied, then the redelivery recognised
+			}
+			if w == "either" && (got == "applied" || got == "noop") {
+				got = w
+			}
+			if got != w {
+				h.t.Fatalf("message %s: outcome %s, want %s", id, got, w)
+			}
+			counts[got]++
+		}
+		return true
+	})
+	return counts
+}

@@ -1,0 +1,141 @@
+package gitrepo
+
+import (
+	"fmt"
+	"os"
+
+	"github.com/go-git/go-git/v5/plumbing"
+	"github.com/go-git/go-git/v5/plumbing/filemode"
+	"github.com/go-git/go-git/v5/plumbing/object"
+	"github.com/go-git/go-git/v5/plumbing/storer"
+	"github.com/go-git/go-git/v5/storage/memory"
+)
+
+const (
+	compactSuffix = ".compact"
+	// compactEvery is how many new heads a clone takes in before it is
+	// compacted; a memory clone is also compacted when it holds more than
+	// twice the objects of its last compaction.
+	compactEvery = 500
+	minObjects   = 20_000
+)
+
+// maybeCompact keeps a long-lived clone from growing without bound: every
+// fetch or commit adds objects (at 10,000 tenants a tier's tree alone is
+// 400 KB) and, on disk, a pack file that every later lookup searches. Once
+// enough has accumulated, the clone is rebuilt holding only the head commit
+// and its tree. Nothing needs the older objects: pushes send only new
+// objects, the server negotiates fetches from the head, and the history of
+// message ids is indexed separately.
+func (r *Repo) maybeCompact() error {
+	r.heads++
+	every := r.compactEvery
+	if every <= 0 {
+		every = compactEvery
+	}
+	due := r.heads >= every
+	if ms, ok := r.repo.Storer.(*memory.Storage); ok && len(ms.Objects) > max(2*r.compactedSize, minObjects) {
+		due = true
+	}
+	if !due || r.head.IsZero() {
+		return nil
+	}
+	return r.compact()
+}
+
+func (r *Repo) compact() error {
+	dir := ""
+	if r.opts.Dir != "" {
+		dir = r.opts.Dir + compactSuffix
+		if err := os.RemoveAll(dir); err != nil {
+			return fmt.Errorf("compact clone: %w", err)
+		}
+	}
+	fresh, err := openStorage(dir)
+	if err != nil {
+		return fmt.Errorf("compact clone: %w", err)
+	}
+	src, dst := r.repo.Storer, fresh.Storer
+	n, err := copyCommit(src, dst, r.head)
+	if err != nil {
+		return fmt.Errorf("compact clone: %w", err)
+	}
+	cfg, err := r.repo.Config()
+	if err != nil {
+		return fmt.Errorf("compact clone: %w", err)
+	}
+	if err := fresh.SetConfig(cfg); err != nil {
+		return fmt.Errorf("compact clone: %w", err)
+	}
+	if err := dst.SetReference(plumbing.NewHashReference(r.trackingRef(), r.head)); err != nil {
+		return fmt.Errorf("compact clone: %w", err)
+	}
+	if r.opts.Dir != "" {
+		if err := os.RemoveAll(r.opts.Dir); err != nil {
+			return fmt.Errorf("compact clone: %w", err)
+		}
+		if err := os.Rename(dir, r.opts.Dir); err != nil {
+			return fmt.Errorf("compact clone: %w", err)
+		}
+		if fresh, err = openStorage(r.opts.Dir); err != nil {
+			return fmt.Errorf("compact clone: %w", err)
+		}
+	}
+	r.repo = fresh
+	r.heads, r.compactedSize = 0, n
+	r.mu.Lock()
+	r.written, r.trackedCount = nil, 0
+	r.mu.Unlock()
+	return nil
+}
+
+// copyCommit copies a commit and everything its tree holds (not its
+// parents) and returns the number of objects copied.
+func copyCommit(src, dst storer.EncodedObjectStorer, commit plumbing.Hash) (int, error) {
+	c, err := object.GetCommit(src, commit)
+	if err != nil {
+		return 0, err
+	}
+	seen := map[plumbing.Hash]bool{}
+	var walk func(h plumbing.Hash, tree bool) error
+	walk = func(h plumbing.Hash, tree bool) error {
+		if seen[h] {
+			return nil
+		}
+		seen[h] = true
+		obj, err := src.EncodedObject(plumbing.AnyObject, h)
+		if err != nil {
+			return err
+		}
+		if _, err := dst.SetEncodedObject(obj); err != nil {
+			return err
+		}
+		if !tree {
+			return nil
+		}
+		t, err := object.DecodeTree(src, obj)
+		if err != nil {
+			return err
+		}
+		for _, e := range t.Entries {
+			if e.Mode == filemode.Submodule {
+				continue
+			}
+			if err := walk(e.Hash, e.Mode == filemode.Dir); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	if err := walk(c.TreeHash, true); err != nil {
+		return 0, err
+	}
+	obj, err := src.EncodedObject(plumbing.CommitObject, commit)
+	if err != nil {
+		return 0, err
+	}
+	if _, err := dst.SetEncodedObject(obj); err != nil {
+		return 0, err
+	}
+	return len(seen) + 1, nil
+}
