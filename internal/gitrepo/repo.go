@@ -187,7 +187,7 @@ func (r *Repo) Snapshot(commit plumbing.Hash) (*Snapshot, error) {
 	if err != nil {
 		return nil, fmt.Errorf("read tree of %s: %w", commit, err)
 	}
-	return &Snapshot{Commit: commit, tree: t}, nil
+	return &Snapshot{Commit: commit, tree: t, storer: r.repo}, nil
 }
 
 // Commit writes a commit on top of parent that applies files (path to new

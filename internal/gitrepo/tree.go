@@ -148,6 +148,12 @@ func writeBlob(s storer.EncodedObjectStorer, content []byte) (plumbing.Hash, err
 type Snapshot struct {
 	Commit plumbing.Hash
 	tree   *object.Tree
+	storer blobReader
+}
+
+// blobReader reads blobs by hash (a *git.Repository).
+type blobReader interface {
+	BlobObject(h plumbing.Hash) (*object.Blob, error)
 }
 
 // ReadFile implements gitops.Reader.
@@ -222,4 +228,44 @@ func (s *Snapshot) DirHash(dir string) (string, error) {
 		return "", err
 	}
 	return t.Hash.String(), nil
+}
+
+// Entries lists the files (name to blob hash) and subdirectories of dir.
+func (s *Snapshot) Entries(dir string) (map[string]string, []string, error) {
+	t, err := s.subtree(dir)
+	if err != nil {
+		return nil, nil, err
+	}
+	files := make(map[string]string, len(t.Entries))
+	var dirs []string
+	for _, e := range t.Entries {
+		switch {
+		case e.Mode == filemode.Dir:
+			dirs = append(dirs, e.Name)
+		case e.Mode.IsFile():
+			files[e.Name] = e.Hash.String()
+		}
+	}
+	return files, dirs, nil
+}
+
+// ReadBlob returns the content of a blob by hash.
+func (s *Snapshot) ReadBlob(hash string) ([]byte, error) {
+	if s.tree == nil {
+		return nil, notExist(hash)
+	}
+	b, err := s.storer.BlobObject(plumbing.NewHash(hash))
+	if err != nil {
+		return nil, fmt.Errorf("read blob %s: %w", hash, err)
+	}
+	r, err := b.Reader()
+	if err != nil {
+		return nil, fmt.Errorf("read blob %s: %w", hash, err)
+	}
+	defer r.Close()
+	var buf bytes.Buffer
+	if _, err := buf.ReadFrom(r); err != nil {
+		return nil, fmt.Errorf("read blob %s: %w", hash, err)
+	}
+	return buf.Bytes(), nil
 }

@@ -79,18 +79,24 @@ func Add(content []byte, entry string) ([]byte, bool, error) {
 // Remove deletes every occurrence of entry from the resources list. It
 // reports whether the content changed.
 func Remove(content []byte, entry string) ([]byte, bool, error) {
+	return Filter(content, func(e string) bool { return e != entry })
+}
+
+// Filter keeps the entries of the resources list for which keep is true, in
+// one pass. It reports whether the content changed.
+func Filter(content []byte, keep func(entry string) bool) ([]byte, bool, error) {
 	lines := splitLines(content)
 	b, err := parse(lines)
 	if err != nil {
 		return nil, false, err
 	}
 	var drop []int
-	var keep []string
+	var kept []string
 	for i, v := range b.values {
-		if v == entry {
-			drop = append(drop, b.items[i])
+		if keep(v) {
+			kept = append(kept, v)
 		} else {
-			keep = append(keep, v)
+			drop = append(drop, b.items[i])
 		}
 	}
 	if len(drop) == 0 {
@@ -100,7 +106,7 @@ func Remove(content []byte, entry string) ([]byte, bool, error) {
 		lines = removeLine(lines, drop[i])
 	}
 	out := []byte(strings.Join(lines, ""))
-	return out, true, verify(out, keep)
+	return out, true, verify(out, kept)
 }
 
 func parse(lines []string) (block, error) {

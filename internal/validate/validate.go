@@ -49,6 +49,7 @@ type Checker struct {
 	mu    sync.Mutex
 	built map[string]error // dir@hash -> build result
 	order []string
+	ids   ids
 }
 
 // NewChecker returns a Checker for layout.
@@ -67,7 +68,7 @@ func (c *Checker) CheckDirs(src Source, changed []string) error {
 	var errs []error
 	for _, dir := range []string{c.layout.TenantsDir(), c.layout.PooledEnvsDir()} {
 		if touches(changed, dir) {
-			errs = append(errs, c.build(src, dir))
+			errs = append(errs, c.build(src, dir, changed))
 		}
 	}
 	return errors.Join(errs...)
@@ -91,10 +92,10 @@ func (c *Checker) CheckFiles(src Source, changed []string) error {
 	return errors.Join(errs...)
 }
 
-func (c *Checker) build(src Source, dir string) error {
+func (c *Checker) build(src Source, dir string, changed []string) error {
 	h, ok := src.(Hasher)
 	if !ok {
-		return Build(src, dir)
+		return c.buildUncached(src, dir, changed)
 	}
 	hash, err := h.DirHash(dir)
 	if err != nil {
@@ -107,7 +108,7 @@ func (c *Checker) build(src Source, dir string) error {
 	if hit {
 		return res
 	}
-	res = Build(src, dir)
+	res = c.buildUncached(src, dir, changed)
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if _, ok := c.built[key]; !ok {
@@ -119,6 +120,25 @@ func (c *Checker) build(src Source, dir string) error {
 		}
 	}
 	return res
+}
+
+// buildUncached runs kustomize over the whole tree when it is small, and
+// the scalable check (buildLarge) when it is large.
+func (c *Checker) buildUncached(src Source, dir string, changed []string) error {
+	if ix, ok := src.(Indexer); ok {
+		var files []resourceFile
+		var kusts []string
+		err := collect(ix, dir, &files, &kusts)
+		switch {
+		case errors.Is(err, errUnsupported):
+			// a layout the scalable check cannot follow: kustomize decides
+		case err != nil:
+			return fmt.Errorf("kustomize build %s: %w", dir, err)
+		case len(files) > fullBuildLimit:
+			return c.buildLarge(ix, dir, changed, files, kusts)
+		}
+	}
+	return Build(src, dir)
 }
 
 func touches(changed []string, dir string) bool {

@@ -12,7 +12,7 @@ import (
 
 const root = templates.Root
 
-func seed(t *testing.T) fstest.MapFS {
+func seed(t testing.TB) fstest.MapFS {
 	t.Helper()
 	m := fstest.MapFS{}
 	err := fs.WalkDir(templates.FS, ".", func(p string, d fs.DirEntry, err error) error {
@@ -29,7 +29,7 @@ func seed(t *testing.T) fstest.MapFS {
 	return m
 }
 
-func tenant(t *testing.T, m fstest.MapFS, tier, id string) string {
+func tenant(t testing.TB, m fstest.MapFS, tier, id string) string {
 	t.Helper()
 	tmpl := string(m[root+"/tier-templates/"+tier+"_tenant_template.yaml"].Data)
 	return strings.NewReplacer("{TENANT_ID}", id, "{RELEASE_VERSION}", "0.0").Replace(tmpl)

@@ -1,0 +1,112 @@
+package validate
+
+import (
+	"crypto/sha1"
+	"encoding/hex"
+	"fmt"
+	"io/fs"
+	"strings"
+	"testing"
+	"testing/fstest"
+
+	"github.com/tenant-worker/tenant-worker/internal/gitops"
+)
+
+// indexFS is a map file system that also lists blob hashes, as a git
+// snapshot does.
+type indexFS struct {
+	gitops.FS
+	m fstest.MapFS
+}
+
+func (x indexFS) Entries(dir string) (map[string]string, []string, error) {
+	entries, err := fs.ReadDir(x.m, dir)
+	if err != nil {
+		return nil, nil, err
+	}
+	files := map[string]string{}
+	var dirs []string
+	for _, e := range entries {
+		if e.IsDir() {
+			dirs = append(dirs, e.Name())
+			continue
+		}
+		sum := sha1.Sum(x.m[dir+"/"+e.Name()].Data)
+		files[e.Name()] = hex.EncodeToString(sum[:]) + "|" + dir + "/" + e.Name()
+	}
+	return files, dirs, nil
+}
+
+func (x indexFS) ReadBlob(hash string) ([]byte, error) {
+	_, name, _ := strings.Cut(hash, "|")
+	return fs.ReadFile(x.m, name)
+}
+
+// large is the reference tree with n premium tenants.
+func large(t testing.TB, n int) fstest.MapFS {
+	m := seed(t)
+	k := root + "/tenants/premium/kustomization.yaml"
+	var sb strings.Builder
+	sb.Write(m[k].Data)
+	for i := 0; i < n; i++ {
+		id := fmt.Sprintf("seed-%d", i)
+		m[root+"/tenants/premium/"+id+".yaml"] = &fstest.MapFile{Data: []byte(tenant(t, m, "premium", id))}
+		sb.WriteString("\n  - " + id + ".yaml")
+	}
+	m[k].Data = []byte(sb.String())
+	return m
+}
+
+func TestLargeTree(t *testing.T) {
+	kpath := root + "/tenants/premium/kustomization.yaml"
+	fpath := root + "/tenants/premium/new.yaml"
+	tests := []struct {
+		name    string
+		edit    func(m fstest.MapFS)
+		wantErr string
+	}{
+		{"valid", func(m fstest.MapFS) {}, ""},
+		{"duplicate entry", func(m fstest.MapFS) { m[kpath].Data = append(m[kpath].Data, "\n  - seed-7.yaml"...) },
+			"already registered id"},
+		{"dangling entry", func(m fstest.MapFS) { m[kpath].Data = append(m[kpath].Data, "\n  - ghost.yaml"...) },
+			"does not exist"},
+		{"same resource in two files", func(m fstest.MapFS) {
+			m[fpath].Data = []byte(strings.ReplaceAll(string(m[fpath].Data), "name: new", "name: seed-3"))
+		}, "already registered id"},
+		{"invalid kustomization", func(m fstest.MapFS) {
+			m[kpath].Data = []byte(strings.Replace(string(m[kpath].Data), "kind: Kustomization", "kind: Kustomization\nresourcez: []", 1))
+		}, "kustomize build"},
+		{"malformed new file", func(m fstest.MapFS) { m[fpath].Data = []byte("kind: [\n") }, "new.yaml"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			m := large(t, fullBuildLimit+100)
+			m[fpath] = &fstest.MapFile{Data: []byte(tenant(t, m, "premium", "new"))}
+			m[kpath].Data = append(m[kpath].Data, "\n  - new.yaml"...)
+			tt.edit(m)
+			err := NewChecker(gitops.Layout{Root: root}).CheckDirs(indexFS{gitops.FS{FS: m}, m}, []string{fpath, kpath})
+			switch {
+			case tt.wantErr == "" && err != nil:
+				t.Fatalf("CheckDirs: %v", err)
+			case tt.wantErr != "" && (err == nil || !strings.Contains(err.Error(), tt.wantErr)):
+				t.Fatalf("CheckDirs = %v, want an error containing %q", err, tt.wantErr)
+			}
+		})
+	}
+}
+
+func BenchmarkCheckLarge(b *testing.B) {
+	for _, n := range []int{1000, 10000} {
+		b.Run(fmt.Sprint(n), func(b *testing.B) {
+			m := large(b, n)
+			src := indexFS{gitops.FS{FS: m}, m}
+			c := NewChecker(gitops.Layout{Root: root})
+			changed := []string{root + "/tenants/premium/kustomization.yaml", root + "/tenants/premium/seed-1.yaml"}
+			for b.Loop() {
+				if err := c.CheckDirs(src, changed); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
