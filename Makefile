@@ -14,7 +14,7 @@ FAUXQS        := $(TOOLS)/node_modules/fauxqs/package.json
 SHELL         := /bin/bash
 FUZZTIME      ?= 60s
 
-.PHONY: all build tools run test vet fmt-check fuzz clean
+.PHONY: all build tools run test vet fmt-check fuzz bench clean
 
 all: build
 
@@ -37,6 +37,12 @@ test: tools vet fmt-check
 	$(GO) test -race -count=1 -skip '^TestFaultRun$$' ./...
 	set -o pipefail; $(GO) test -count=1 -run '^TestFaultRun$$' -v ./integration/ \
 		| grep -E '^(=== RUN|--- |PASS|FAIL|ok)|fault run:|_test.go'
+
+# Latency, throughput, floor, reference and memory at 10, 1,000 and 10,000
+# tenants; prints a table and writes bench/results/<time>.json.
+BENCH_FLAGS ?=
+bench: tools build
+	$(GO) run ./cmd/bench $(BENCH_FLAGS)
 
 # Each fuzz target for FUZZTIME (make test runs their seed corpora).
 fuzz:

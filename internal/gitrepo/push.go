@@ -59,7 +59,7 @@ func (r *Repo) Push(ctx context.Context, parent, commit plumbing.Hash) error {
 	ctx, cancel := context.WithTimeout(ctx, r.opts.Timeout)
 	defer cancel()
 	hashes, ok := r.newObjects(parent, commit)
-	if !ok {
+	if !ok || r.opts.WalkingPush {
 		return r.pushWalking(ctx, parent, commit)
 	}
 	err := r.sendPack(ctx, parent, commit, hashes)

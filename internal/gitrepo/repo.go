@@ -38,6 +38,9 @@ type Options struct {
 	AuthorEmail string
 	// Timeout bounds each network call (fetch, push).
 	Timeout time.Duration
+	// WalkingPush uses go-git's own push, which walks the history to find
+	// the objects to send. Only the benchmark's floor measurement sets it.
+	WalkingPush bool
 }
 
 // Repo is a bare clone of one branch.

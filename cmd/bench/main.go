@@ -1,0 +1,62 @@
+// Command bench measures tenant-worker against the reference platform's
+// steps on a local git smart-HTTP server and fauxqs (`make bench`).
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+
+	"github.com/tenant-worker/tenant-worker/internal/bench"
+	"github.com/tenant-worker/tenant-worker/internal/fauxqs"
+)
+
+func main() { os.Exit(run()) }
+
+func run() int {
+	sizes := flag.String("sizes", "10,1000,10000", "tenants already in the repository, comma-separated")
+	onboard := flag.Int("onboardings", 200, "single onboardings per size")
+	floorN := flag.Int("floor", 100, "floor commits per size")
+	refN := flag.Int("reference", 10, "reference onboardings per size")
+	backlog := flag.Int("backlog", 1000, "messages in the backlog run")
+	backlogAt := flag.Int("backlog-at", 1000, "repository size of the backlog run")
+	binary := flag.String("binary", "bin/tenant-worker", "the worker binary")
+	script := flag.String("reference-script", "../shared/bench/reference-onboard.sh", "the reference's steps (skipped when missing)")
+	out := flag.String("out", "bench/results", "folder for the JSON results")
+	flag.Parse()
+
+	opts := bench.Options{Onboard: *onboard, Floor: *floorN, Reference: *refN, Backlog: *backlog, BacklogAt: *backlogAt,
+		Binary: *binary, RefScript: *script}
+	for _, s := range strings.Split(*sizes, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(s))
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "bench: bad size %q\n", s)
+			return 2
+		}
+		opts.Sizes = append(opts.Sizes, n)
+	}
+	if _, err := os.Stat(opts.RefScript); err != nil {
+		fmt.Fprintf(os.Stderr, "bench: %s not found; the reference is not measured\n", opts.RefScript)
+		opts.RefScript = ""
+	}
+	faux, err := fauxqs.Start(0)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "bench:", err)
+		return 1
+	}
+	defer faux.Close()
+	opts.SQSEndpint = faux.Endpoint
+	results, err := bench.Run(context.Background(), opts, os.Stderr)
+	fmt.Print(bench.Table(results))
+	if name, werr := bench.WriteJSON(*out, results); werr == nil && len(results) > 0 {
+		fmt.Println("results written to", name)
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "bench:", err)
+		return 1
+	}
+	return 0
+}

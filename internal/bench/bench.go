@@ -1,0 +1,199 @@
+// Package bench measures the worker against the same local git smart-HTTP
+// server and fauxqs: end-to-end latency of single onboardings, throughput
+// with a backlog, the reference platform's own steps, the floor (one
+// object-level commit and a go-git push from a warm in-memory clone), and
+// the worker's peak memory.
+package bench
+
+import (
+	"context"
+	"fmt"
+	"io/fs"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/tenant-worker/tenant-worker/internal/gitrepo"
+	"github.com/tenant-worker/tenant-worker/internal/gitserver"
+	"github.com/tenant-worker/tenant-worker/templates"
+)
+
+// Options say what to measure.
+type Options struct {
+	Sizes      []int  // tenants already in the repository
+	Onboard    int    // single onboardings per size (at least 200 for the report)
+	Floor      int    // floor commits per size
+	Reference  int    // reference onboardings per size
+	Backlog    int    // messages in the backlog run
+	BacklogAt  int    // the size the backlog run uses
+	Binary     string // the tenant-worker binary
+	RefScript  string // reference-onboard.sh; empty skips the reference
+	SQSEndpint string
+	WorkDir    string
+}
+
+// Stats are latency percentiles in milliseconds.
+type Stats struct {
+	N   int     `json:"n"`
+	P50 float64 `json:"p50_ms"`
+	P95 float64 `json:"p95_ms"`
+	P99 float64 `json:"p99_ms"`
+}
+
+func stats(ds []time.Duration) Stats {
+	if len(ds) == 0 {
+		return Stats{}
+	}
+	s := slices.Clone(ds)
+	slices.Sort(s)
+	at := func(p float64) float64 {
+		i := int(p*float64(len(s))+0.5) - 1
+		return float64(s[max(0, min(i, len(s)-1))].Microseconds()) / 1000
+	}
+	return Stats{N: len(s), P50: at(0.50), P95: at(0.95), P99: at(0.99)}
+}
+
+// SizeResult is what was measured at one repository size.
+type SizeResult struct {
+	Tenants         int     `json:"tenants"`
+	Worker          Stats   `json:"worker_latency"`
+	Floor           Stats   `json:"floor"`
+	Reference       Stats   `json:"reference"`
+	WorkerOverFloor float64 `json:"worker_p50_over_floor_p50"`
+	ReferenceRatio  float64 `json:"reference_p50_over_worker_p50"`
+	Throughput      float64 `json:"backlog_changes_per_second,omitempty"`
+	ThroughputRatio float64 `json:"reference_per_tenant_over_backlog_per_tenant,omitempty"`
+	PeakRSSMB       float64 `json:"worker_peak_rss_mb"`
+}
+
+// seedRepo makes a bare repository holding the reference tree plus n
+// premium tenants, as ../shared/bench/seed-repo.sh does.
+func seedRepo(srv *gitserver.Server, name string, n int) error {
+	m := map[string][]byte{}
+	err := fs.WalkDir(templates.FS, ".", func(p string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			return err
+		}
+		b, err := fs.ReadFile(templates.FS, p)
+		m[p] = b
+		return err
+	})
+	if err != nil {
+		return err
+	}
+	root := templates.Root
+	tmpl := string(m[root+"/tier-templates/premium_tenant_template.yaml"])
+	k := root + "/tenants/premium/kustomization.yaml"
+	var sb strings.Builder
+	sb.Write(m[k])
+	for i := 1; i <= n; i++ {
+		id := fmt.Sprintf("seed-%d", i)
+		m[root+"/tenants/premium/"+id+".yaml"] = []byte(strings.NewReplacer("{TENANT_ID}", id, "{RELEASE_VERSION}", "0.0").Replace(tmpl))
+		fmt.Fprintf(&sb, "\n  - %s.yaml", id)
+	}
+	m[k] = []byte(sb.String())
+	dir, err := os.MkdirTemp("", "bench-seed-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(dir)
+	for p, b := range m {
+		full := filepath.Join(dir, p)
+		if err := os.MkdirAll(filepath.Dir(full), 0o755); err != nil {
+			return err
+		}
+		if err := os.WriteFile(full, b, 0o644); err != nil {
+			return err
+		}
+	}
+	_, err = srv.CreateRepo(name, "main", os.DirFS(dir))
+	return err
+}
+
+// refWatcher reports when the branch of a bare repository moves, by reading
+// its ref file (git updates it in place on every push).
+type refWatcher struct {
+	srv  *gitserver.Server
+	name string
+}
+
+func (w refWatcher) head() string {
+	b, err := os.ReadFile(filepath.Join(w.srv.RepoPath(w.name), "refs", "heads", "main"))
+	if err == nil {
+		return strings.TrimSpace(string(b))
+	}
+	out, _ := w.srv.Output(w.name, "rev-parse", "main")
+	return strings.TrimSpace(out)
+}
+
+// waitMove polls until the head differs from old, at most timeout.
+func (w refWatcher) waitMove(old string, timeout time.Duration) (string, error) {
+	deadline := time.Now().Add(timeout)
+	for {
+		if h := w.head(); h != old {
+			return h, nil
+		}
+		if time.Now().After(deadline) {
+			return "", fmt.Errorf("branch did not move within %s", timeout)
+		}
+		time.Sleep(500 * time.Microsecond)
+	}
+}
+
+// floor measures one object-level commit of one file and a go-git push
+// from a warm in-memory clone, nothing else.
+func floor(ctx context.Context, url string, n int) (Stats, error) {
+	repo, err := gitrepo.Open(ctx, gitrepo.Options{URL: url, Branch: "main", AuthorName: "bench",
+		AuthorEmail: "bench@example.com", WalkingPush: true})
+	if err != nil {
+		return Stats{}, err
+	}
+	var ds []time.Duration
+	for i := 0; i < n; i++ {
+		start := time.Now()
+		head := repo.Head()
+		path := fmt.Sprintf("%s/tenants/premium/floor-%d.yaml", templates.Root, i)
+		c, err := repo.Commit(head, map[string][]byte{path: []byte(fmt.Sprintf("floor %d\n", i))}, "floor")
+		if err != nil {
+			return Stats{}, err
+		}
+		if err := repo.Push(ctx, head, c); err != nil {
+			return Stats{}, err
+		}
+		ds = append(ds, time.Since(start))
+	}
+	return stats(ds), nil
+}
+
+// reference times ../shared/bench/reference-onboard.sh against the server.
+func reference(script, url, work string, n int) (Stats, error) {
+	var ds []time.Duration
+	for i := 0; i < n; i++ {
+		start := time.Now()
+		cmd := exec.Command("bash", script, url, filepath.Join(work, "ref"), fmt.Sprintf("ref-%d", i), "premium", "0.0")
+		if out, err := cmd.CombinedOutput(); err != nil {
+			return Stats{}, fmt.Errorf("reference-onboard.sh: %w: %s", err, out)
+		}
+		ds = append(ds, time.Since(start))
+	}
+	return stats(ds), nil
+}
+
+// peakRSS reads a process's peak resident set size in MB.
+func peakRSS(pid int) float64 {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return 0
+	}
+	for _, l := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(l, "VmHWM:"); ok {
+			var kb float64
+			fmt.Sscan(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")), &kb)
+			return kb / 1024
+		}
+	}
+	return 0
+}
