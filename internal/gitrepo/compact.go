@@ -14,16 +14,17 @@ import (
 const (
 	compactSuffix = ".compact"
 	// compactEvery is how many new heads a clone takes in before it is
-	// compacted; a memory clone is also compacted when it holds more than
-	// twice the objects of its last compaction.
+	// compacted.
 	compactEvery = 500
-	minObjects   = 20_000
+	// minBytes is the least growth of a memory clone worth compacting.
+	minBytes = 32 << 20
 )
 
 // maybeCompact keeps a long-lived clone from growing without bound: every
 // fetch or commit adds objects (at 10,000 tenants a tier's tree alone is
 // 400 KB) and, on disk, a pack file that every later lookup searches. Once
-// enough has accumulated, the clone is rebuilt holding only the head commit
+// enough has accumulated (500 new heads, or in memory as many bytes again as
+// after the last compaction, at least 32 MB), the clone is rebuilt holding only the head commit
 // and its tree. Nothing needs the older objects: pushes send only new
 // objects, the server negotiates fetches from the head, and the history of
 // message ids is indexed separately.
@@ -34,8 +35,8 @@ func (r *Repo) maybeCompact() error {
 		every = compactEvery
 	}
 	due := r.heads >= every
-	if ms, ok := r.repo.Storer.(*memory.Storage); ok && len(ms.Objects) > max(2*r.compactedSize, minObjects) {
-		due = true
+	if ms, ok := r.repo.Storer.(*memory.Storage); ok && memoryBytes(ms) > r.compactedSize+max(r.compactedSize, minBytes) {
+		due = true // at 10,000 tenants each commit adds a 400 KB tree
 	}
 	if !due || r.head.IsZero() {
 		return nil
@@ -56,8 +57,7 @@ func (r *Repo) compact() error {
 		return fmt.Errorf("compact clone: %w", err)
 	}
 	src, dst := r.repo.Storer, fresh.Storer
-	n, err := copyCommit(src, dst, r.head)
-	if err != nil {
+	if err := copyCommit(src, dst, r.head); err != nil {
 		return fmt.Errorf("compact clone: %w", err)
 	}
 	cfg, err := r.repo.Config()
@@ -82,19 +82,31 @@ func (r *Repo) compact() error {
 		}
 	}
 	r.repo = fresh
-	r.heads, r.compactedSize = 0, n
+	r.heads, r.compactedSize = 0, 1
+	if ms, ok := fresh.Storer.(*memory.Storage); ok {
+		r.compactedSize = memoryBytes(ms)
+	}
 	r.mu.Lock()
 	r.written, r.trackedCount = nil, 0
 	r.mu.Unlock()
 	return nil
 }
 
+// memoryBytes is the size of the objects a memory clone holds.
+func memoryBytes(ms *memory.Storage) int64 {
+	var n int64
+	for _, o := range ms.Objects {
+		n += o.Size()
+	}
+	return n
+}
+
 // copyCommit copies a commit and everything its tree holds (not its
-// parents) and returns the number of objects copied.
-func copyCommit(src, dst storer.EncodedObjectStorer, commit plumbing.Hash) (int, error) {
+// parents).
+func copyCommit(src, dst storer.EncodedObjectStorer, commit plumbing.Hash) error {
 	c, err := object.GetCommit(src, commit)
 	if err != nil {
-		return 0, err
+		return err
 	}
 	seen := map[plumbing.Hash]bool{}
 	var walk func(h plumbing.Hash, tree bool) error
@@ -128,14 +140,12 @@ func copyCommit(src, dst storer.EncodedObjectStorer, commit plumbing.Hash) (int,
 		return nil
 	}
 	if err := walk(c.TreeHash, true); err != nil {
-		return 0, err
+		return err
 	}
 	obj, err := src.EncodedObject(plumbing.CommitObject, commit)
 	if err != nil {
-		return 0, err
+		return err
 	}
-	if _, err := dst.SetEncodedObject(obj); err != nil {
-		return 0, err
-	}
-	return len(seen) + 1, nil
+	_, err = dst.SetEncodedObject(obj)
+	return err
 }

@@ -55,9 +55,9 @@ type Repo struct {
 	trackedCount int
 	receiveCaps  *capability.List // the server's receive-pack capabilities
 
-	heads         int // new heads taken in since the last compaction
-	compactEvery  int // overrides compactEvery (tests)
-	compactedSize int // objects right after the last compaction
+	heads         int   // new heads taken in since the last compaction
+	compactEvery  int   // overrides compactEvery (tests)
+	compactedSize int64 // bytes held right after the last compaction (memory)
 }
 
 // Open opens (or creates) the clone and fetches the branch.
