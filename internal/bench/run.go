@@ -121,6 +121,11 @@ func runSize(ctx context.Context, opts Options, api *sqs.Client, n int, progress
 			time.Sleep(10 * time.Millisecond)
 		}
 		res.Throughput = float64(opts.Backlog) / time.Since(start).Seconds()
+		if path := os.Getenv("BENCH_WORKER_LOG"); path != "" {
+			w.mu.Lock()
+			_ = os.WriteFile(path, w.logs.Bytes(), 0o644)
+			w.mu.Unlock()
+		}
 		if res.Reference.P50 > 0 {
 			res.ThroughputRatio = res.Reference.P50 / (1000 / res.Throughput)
 		}
@@ -183,6 +188,10 @@ func startWorker(binary, repoURL, endpoint string, queues []string) (*worker, er
 		"AWS_REGION=us-east-1", "AWS_ACCESS_KEY_ID=test", "AWS_SECRET_ACCESS_KEY=test", "AWS_ENDPOINT_URL_SQS=" + endpoint,
 		"ONBOARDING_QUEUE=" + queues[0], "OFFBOARDING_QUEUE=" + queues[1], "DEPLOYMENT_QUEUE=" + queues[2],
 		"GIT_REPO_URL=" + repoURL, "HTTP_ADDR=127.0.0.1:0", "SQS_WAIT_TIME=20s",
+	}
+	if os.Getenv("BENCH_WORKER_LOG") != "" {
+		// The per-batch step durations are logged at debug level.
+		w.cmd.Env = append(w.cmd.Env, "LOG_LEVEL=debug")
 	}
 	w.cmd.Stdout, w.cmd.Stderr = w, w
 	if err := w.cmd.Start(); err != nil {

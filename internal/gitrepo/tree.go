@@ -3,8 +3,10 @@ package gitrepo
 import (
 	"bytes"
 	"fmt"
+	"path"
 	"sort"
 	"strings"
+	"sync"
 
 	"github.com/go-git/go-git/v5/plumbing"
 	"github.com/go-git/go-git/v5/plumbing/filemode"
@@ -149,6 +151,9 @@ type Snapshot struct {
 	Commit plumbing.Hash
 	tree   *object.Tree
 	storer blobReader
+
+	mu    sync.Mutex
+	trees map[string]*object.Tree // decoded subtrees by path
 }
 
 // blobReader reads blobs by hash (a *git.Repository).
@@ -161,20 +166,16 @@ func (s *Snapshot) ReadFile(name string) ([]byte, error) {
 	if s.tree == nil {
 		return nil, notExist(name)
 	}
-	f, err := s.tree.File(name)
+	dir, base := path.Split(name)
+	t, err := s.subtree(strings.TrimSuffix(dir, "/"))
 	if err != nil {
 		return nil, notExist(name)
 	}
-	r, err := f.Reader()
-	if err != nil {
-		return nil, fmt.Errorf("read %s: %w", name, err)
+	e, err := t.FindEntry(base)
+	if err != nil || !e.Mode.IsFile() {
+		return nil, notExist(name)
 	}
-	defer r.Close()
-	var b bytes.Buffer
-	if _, err := b.ReadFrom(r); err != nil {
-		return nil, fmt.Errorf("read %s: %w", name, err)
-	}
-	return b.Bytes(), nil
+	return s.ReadBlob(e.Hash.String())
 }
 
 // ReadDir implements gitops.Reader.
@@ -206,6 +207,9 @@ func (s *Snapshot) WalkFiles(dir string, fn func(name string, content []byte) er
 	})
 }
 
+// subtree returns the tree of a directory. Trees are remembered per
+// snapshot: a plan reads the same few folders many times, and decoding a
+// folder of 10,000 tenants each time would dominate.
 func (s *Snapshot) subtree(name string) (*object.Tree, error) {
 	if s.tree == nil {
 		return nil, notExist(name)
@@ -213,10 +217,19 @@ func (s *Snapshot) subtree(name string) (*object.Tree, error) {
 	if name == "" || name == "." {
 		return s.tree, nil
 	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if t, ok := s.trees[name]; ok {
+		return t, nil
+	}
 	t, err := s.tree.Tree(name)
 	if err != nil {
 		return nil, notExist(name)
 	}
+	if s.trees == nil {
+		s.trees = map[string]*object.Tree{}
+	}
+	s.trees[name] = t
 	return t, nil
 }
 
