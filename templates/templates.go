@@ -4,7 +4,10 @@
 // from it, and tests use it as the starting tree.
 package templates
 
-import "embed"
+import (
+	"embed"
+	"io/fs"
+)
 
 // FS holds application-plane/production/... as in the reference repository.
 //
@@ -13,3 +16,17 @@ var FS embed.FS
 
 // Root is the GITOPS_ROOT of the embedded tree.
 const Root = "application-plane/production"
+
+// Files returns every embedded file by path, for seeding test trees.
+func Files() (map[string][]byte, error) {
+	files := map[string][]byte{}
+	err := fs.WalkDir(FS, ".", func(p string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			return err
+		}
+		b, err := fs.ReadFile(FS, p)
+		files[p] = b
+		return err
+	})
+	return files, err
+}

@@ -8,7 +8,6 @@ package bench
 import (
 	"context"
 	"fmt"
-	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -72,15 +71,7 @@ type SizeResult struct {
 // seedRepo makes a bare repository holding the reference tree plus n
 // premium tenants, as ../shared/bench/seed-repo.sh does.
 func seedRepo(srv *gitserver.Server, name string, n int) error {
-	m := map[string][]byte{}
-	err := fs.WalkDir(templates.FS, ".", func(p string, d fs.DirEntry, err error) error {
-		if err != nil || d.IsDir() {
-			return err
-		}
-		b, err := fs.ReadFile(templates.FS, p)
-		m[p] = b
-		return err
-	})
+	m, err := templates.Files()
 	if err != nil {
 		return err
 	}

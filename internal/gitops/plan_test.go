@@ -19,17 +19,13 @@ var layout = Layout{Root: templates.Root}
 // seed copies the embedded reference tree into a map file system.
 func seed(t *testing.T) fstest.MapFS {
 	t.Helper()
-	m := fstest.MapFS{}
-	err := fs.WalkDir(templates.FS, ".", func(p string, d fs.DirEntry, err error) error {
-		if err != nil || d.IsDir() {
-			return err
-		}
-		b, err := fs.ReadFile(templates.FS, p)
-		m[p] = &fstest.MapFile{Data: b}
-		return err
-	})
+	files, err := templates.Files()
 	if err != nil {
 		t.Fatal(err)
+	}
+	m := fstest.MapFS{}
+	for p, b := range files {
+		m[p] = &fstest.MapFile{Data: b}
 	}
 	return m
 }

@@ -1,7 +1,6 @@
 package validate
 
 import (
-	"io/fs"
 	"strings"
 	"testing"
 	"testing/fstest"
@@ -14,17 +13,13 @@ const root = templates.Root
 
 func seed(t testing.TB) fstest.MapFS {
 	t.Helper()
-	m := fstest.MapFS{}
-	err := fs.WalkDir(templates.FS, ".", func(p string, d fs.DirEntry, err error) error {
-		if err != nil || d.IsDir() {
-			return err
-		}
-		b, err := fs.ReadFile(templates.FS, p)
-		m[p] = &fstest.MapFile{Data: b}
-		return err
-	})
+	files, err := templates.Files()
 	if err != nil {
 		t.Fatal(err)
+	}
+	m := fstest.MapFS{}
+	for p, b := range files {
+		m[p] = &fstest.MapFile{Data: b}
 	}
 	return m
 }
