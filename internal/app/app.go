@@ -136,7 +136,7 @@ func Run(ctx context.Context, c Config) error {
 			Str("kind", string(kind)).Msg("consuming queue")
 		observe := func(op string, err error) { m.SQSErrors.WithLabelValues(q.Name, op).Inc() }
 		consumers = append(consumers, queue.NewConsumer(api, q, w.Handler(kind, q.Name), queue.Options{
-			WaitTime: o.WaitTime, MaxMessages: o.MaxMessages, VisibilityTimeout: o.VisibilityTimeout,
+			WaitTime: o.WaitTime, MaxMessages: o.MaxMessages, MaxBatch: o.MaxBatch, VisibilityTimeout: o.VisibilityTimeout,
 			RetryDelay: o.RetryDelay, MaxRetryDelay: o.MaxRetryDelay, ShutdownGrace: o.ShutdownGrace,
 		}, observe))
 	}

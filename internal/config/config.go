@@ -35,6 +35,7 @@ type Options struct {
 
 	WaitTime          time.Duration
 	MaxMessages       int
+	MaxBatch          int
 	VisibilityTimeout time.Duration
 	RetryDelay        time.Duration
 	MaxRetryDelay     time.Duration
@@ -62,6 +63,7 @@ func Default() Options {
 		PushAttempts:      10,
 		WaitTime:          20 * time.Second,
 		MaxMessages:       10,
+		MaxBatch:          50,
 		VisibilityTimeout: 120 * time.Second,
 		RetryDelay:        10 * time.Second,
 		MaxRetryDelay:     15 * time.Minute,
@@ -118,6 +120,7 @@ func (o *Options) Bind(fs *flag.FlagSet, getenv func(string) string) {
 	num(&o.PushAttempts, "push-attempts", "PUSH_ATTEMPTS", "push attempts per message when other writers move the branch")
 	dur(&o.WaitTime, "sqs-wait-time", "SQS_WAIT_TIME", "long-poll wait of each receive (at most 20s)")
 	num(&o.MaxMessages, "sqs-max-messages", "SQS_MAX_MESSAGES", "messages per receive (1 to 10)")
+	num(&o.MaxBatch, "max-batch", "MAX_BATCH", "messages applied together (one commit each, one push) when a backlog waits")
 	dur(&o.VisibilityTimeout, "sqs-visibility-timeout", "SQS_VISIBILITY_TIMEOUT", "visibility timeout of received messages")
 	dur(&o.RetryDelay, "retry-delay", "RETRY_DELAY", "first redelivery delay after a transient failure; doubles per receive")
 	dur(&o.MaxRetryDelay, "max-retry-delay", "MAX_RETRY_DELAY", "longest redelivery delay")
@@ -162,6 +165,9 @@ func (o *Options) Validate() error {
 	}
 	if o.MaxMessages < 1 || o.MaxMessages > 10 {
 		errs = append(errs, fmt.Errorf("SQS_MAX_MESSAGES must be 1 to 10, not %d", o.MaxMessages))
+	}
+	if o.MaxBatch < o.MaxMessages || o.MaxBatch > 500 {
+		errs = append(errs, fmt.Errorf("MAX_BATCH must be SQS_MAX_MESSAGES to 500, not %d", o.MaxBatch))
 	}
 	if o.WaitTime < 0 || o.WaitTime > 20*time.Second {
 		errs = append(errs, fmt.Errorf("SQS_WAIT_TIME must be 0s to 20s, not %s", o.WaitTime))

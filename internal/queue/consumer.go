@@ -61,6 +61,9 @@ type Options struct {
 	WaitTime time.Duration
 	// MaxMessages per receive (1 to 10).
 	MaxMessages int
+	// MaxBatch bounds the messages handled together when a backlog lets
+	// several receives fill a batch (default 50).
+	MaxBatch int
 	// VisibilityTimeout set on received messages and renewed while they are
 	// in hand; zero keeps the queue's.
 	VisibilityTimeout time.Duration
@@ -93,6 +96,9 @@ func NewConsumer(api API, q *Queue, h Handler, opts Options, observe Observer) *
 	if opts.MaxMessages <= 0 || opts.MaxMessages > 10 {
 		opts.MaxMessages = 10
 	}
+	if opts.MaxBatch < opts.MaxMessages {
+		opts.MaxBatch = max(opts.MaxMessages, 50)
+	}
 	if opts.VisibilityTimeout <= 0 {
 		opts.VisibilityTimeout = q.VisibilityTimeout
 	}
@@ -117,17 +123,7 @@ func (c *Consumer) Run(ctx context.Context) {
 	log := zerolog.Ctx(ctx).With().Str("queue", c.queue.Name).Logger()
 	backoff := time.Second
 	for ctx.Err() == nil {
-		out, err := c.api.ReceiveMessage(ctx, &sqs.ReceiveMessageInput{
-			QueueUrl:            aws.String(c.queue.URL),
-			MaxNumberOfMessages: int32(c.opts.MaxMessages),
-			WaitTimeSeconds:     int32(c.opts.WaitTime / time.Second),
-			VisibilityTimeout:   int32(c.opts.VisibilityTimeout / time.Second),
-			MessageSystemAttributeNames: []types.MessageSystemAttributeName{
-				types.MessageSystemAttributeNameApproximateReceiveCount,
-				types.MessageSystemAttributeNameSentTimestamp,
-				types.MessageSystemAttributeNameMessageGroupId,
-			},
-		})
+		out, err := c.receive(ctx, c.opts.WaitTime)
 		if err != nil {
 			if ctx.Err() != nil {
 				return
@@ -141,11 +137,20 @@ func (c *Consumer) Run(ctx context.Context) {
 			continue
 		}
 		backoff = time.Second
-		if len(out.Messages) == 0 {
+		if len(out) == 0 {
 			continue
 		}
-		msgs := make([]Message, len(out.Messages))
-		for i, m := range out.Messages {
+		// A full receive means more may be waiting: take them too (without
+		// waiting), so that a backlog is applied in fewer, larger pushes.
+		for len(out) < c.opts.MaxBatch && len(out)%c.opts.MaxMessages == 0 && ctx.Err() == nil {
+			more, err := c.receive(ctx, 0)
+			if err != nil || len(more) == 0 {
+				break
+			}
+			out = append(out, more...)
+		}
+		msgs := make([]Message, len(out))
+		for i, m := range out {
 			msgs[i] = convert(m)
 		}
 		// Once shutdown begins, messages not yet started go back at once:
@@ -156,6 +161,25 @@ func (c *Consumer) Run(ctx context.Context) {
 		}
 		c.process(ctx, log, msgs)
 	}
+}
+
+// receive is one ReceiveMessage call.
+func (c *Consumer) receive(ctx context.Context, wait time.Duration) ([]types.Message, error) {
+	out, err := c.api.ReceiveMessage(ctx, &sqs.ReceiveMessageInput{
+		QueueUrl:            aws.String(c.queue.URL),
+		MaxNumberOfMessages: int32(c.opts.MaxMessages),
+		WaitTimeSeconds:     int32(wait / time.Second),
+		VisibilityTimeout:   int32(c.opts.VisibilityTimeout / time.Second),
+		MessageSystemAttributeNames: []types.MessageSystemAttributeName{
+			types.MessageSystemAttributeNameApproximateReceiveCount,
+			types.MessageSystemAttributeNameSentTimestamp,
+			types.MessageSystemAttributeNameMessageGroupId,
+		},
+	})
+	if err != nil {
+		return nil, err
+	}
+	return out.Messages, nil
 }
 
 // process handles one receive and settles its messages. A message is
