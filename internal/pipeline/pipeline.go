@@ -25,6 +25,8 @@ import (
 
 // Repository is what the pipeline needs of a clone.
 type Repository interface {
+	// Head is the remote branch as last seen (fetched or pushed).
+	Head() plumbing.Hash
 	Fetch(ctx context.Context) (plumbing.Hash, error)
 	Snapshot(commit plumbing.Hash) (*gitrepo.Snapshot, error)
 	Commit(parent plumbing.Hash, files map[string][]byte, msg string) (plumbing.Hash, error)
@@ -137,7 +139,11 @@ func (p *Pipeline) Apply(ctx context.Context, jobs []Job) []Result {
 	log := zerolog.Ctx(ctx)
 	plans := map[int]planned{} // kept across attempts
 	for attempt := 1; ; attempt++ {
-		b := &batch{p: p, jobs: jobs, results: make([]Result, len(jobs)), plans: plans}
+		// The first attempt builds on the head as last seen, without a fetch:
+		// the push is a compare-and-swap, so a stale head costs only a lost
+		// race. Decisions that push nothing are confirmed on a fresh head.
+		optimistic := attempt == 1 && !p.repo.Head().IsZero()
+		b := &batch{p: p, jobs: jobs, results: make([]Result, len(jobs)), plans: plans, optimistic: optimistic}
 		err := b.run(ctx)
 		ev := log.Debug().Int("jobs", len(jobs)).Int("attempt", attempt).AnErr("push_error", err)
 		for step, d := range b.spent {
@@ -171,10 +177,11 @@ type batch struct {
 	tip     plumbing.Hash // the last commit of the attempt
 	// perJob builds the kustomizations after every job instead of once for
 	// the batch, to find which job breaks them.
-	perJob  bool
-	changed []string // paths the pending commits change
-	spent   map[string]time.Duration
-	plans   map[int]planned // by job index, shared by the attempts of a batch
+	perJob     bool
+	optimistic bool     // built on the last seen head, without a fetch
+	changed    []string // paths the pending commits change
+	spent      map[string]time.Duration
+	plans      map[int]planned // by job index, shared by the attempts of a batch
 }
 
 // finish turns the attempt's per-job results into final ones, given how
@@ -226,6 +233,12 @@ func (b *batch) run(ctx context.Context) error {
 			}
 		}
 	}
+	if b.optimistic && !b.allApplied() {
+		// A no-op, a duplicate or a refusal decided on a head that may be
+		// stale is not trusted: decide again on a fetched head.
+		*b = batch{p: b.p, jobs: b.jobs, results: make([]Result, len(b.jobs)), perJob: b.perJob, plans: b.plans}
+		return b.run(ctx)
+	}
 	if b.tip == b.base {
 		return nil
 	}
@@ -233,11 +246,21 @@ func (b *batch) run(ctx context.Context) error {
 		if err := b.checkTip(); err != nil {
 			// Some job breaks the build: start over, checking job by job.
 			zerolog.Ctx(ctx).Info().Err(err).Msg("batch does not build; validating its messages one by one")
-			*b = batch{p: b.p, jobs: b.jobs, results: make([]Result, len(b.jobs)), perJob: true, plans: b.plans}
+			*b = batch{p: b.p, jobs: b.jobs, results: make([]Result, len(b.jobs)), perJob: true, plans: b.plans, optimistic: b.optimistic}
 			return b.run(ctx)
 		}
 	}
 	return b.timed("push", func() error { return b.push(ctx) })
+}
+
+// allApplied reports whether every job of the attempt made a commit.
+func (b *batch) allApplied() bool {
+	for _, p := range b.pending {
+		if !p {
+			return false
+		}
+	}
+	return true
 }
 
 // timed runs one step and records its duration.

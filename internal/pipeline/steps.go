@@ -15,9 +15,12 @@ import (
 // sync brings the clone up to date and indexes the message ids in the
 // branch's recent history.
 func (b *batch) sync(ctx context.Context) error {
-	head, err := b.p.repo.Fetch(ctx)
-	if err != nil {
-		return err
+	head := b.p.repo.Head()
+	if !b.optimistic {
+		var err error
+		if head, err = b.p.repo.Fetch(ctx); err != nil {
+			return err
+		}
 	}
 	b.base, b.tip = head, head
 	return b.p.history.update(head)
