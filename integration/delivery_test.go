@@ -12,11 +12,12 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 
 	"github.com/tenant-worker/tenant-worker/internal/config"
+	"github.com/tenant-worker/tenant-worker/internal/fauxqs"
 )
 
 func TestFIFOKeepsGroupOrder(t *testing.T) {
 	h := newHarness(t, true)
-	h.q = createQueuesOpts(t, h.api, true, true)
+	h.q = createQueuesOpts(t, h.api, fauxqs.QueueOptions{MaxReceiveCount: 5, FIFO: true})
 	h.start()
 	var ids []string
 	for i := 1; i <= 4; i++ {

@@ -20,7 +20,6 @@ import (
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
-	"github.com/aws/aws-sdk-go-v2/credentials"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
 
@@ -53,13 +52,7 @@ func TestMain(m *testing.M) {
 	}())
 }
 
-func sqsClient() *sqs.Client {
-	return sqs.New(sqs.Options{
-		Region:       "us-east-1",
-		BaseEndpoint: aws.String(sqsEndpoint),
-		Credentials:  credentials.NewStaticCredentialsProvider("test", "test", ""),
-	})
-}
+func sqsClient() *sqs.Client { return fauxqs.Client(sqsEndpoint) }
 
 var queueSeq atomic.Int64
 
@@ -69,49 +62,36 @@ type queues struct {
 	dlq                                 map[string]string
 }
 
-// createQueues makes fresh queues, with dead-letter queues when withDLQ.
+// createQueues makes fresh queues, with dead-letter queues (redrive after 5
+// receives) when withDLQ.
 func createQueues(t *testing.T, api *sqs.Client, withDLQ bool) queues {
-	return createQueuesOpts(t, api, withDLQ, false)
+	maxReceives := 0
+	if withDLQ {
+		maxReceives = 5
+	}
+	return createQueuesOpts(t, api, fauxqs.QueueOptions{MaxReceiveCount: maxReceives})
 }
 
-// createQueuesOpts also makes FIFO queues (and FIFO dead-letter queues).
-func createQueuesOpts(t *testing.T, api *sqs.Client, withDLQ, fifo bool) queues {
+// createQueuesOpts makes fresh queues shaped by o.
+func createQueuesOpts(t *testing.T, api *sqs.Client, o fauxqs.QueueOptions) queues {
 	t.Helper()
-	ctx := context.Background()
 	prefix := fmt.Sprintf("t%d-%d", time.Now().UnixNano()%1e9, queueSeq.Add(1))
 	q := queues{dlq: map[string]string{}}
 	for _, kind := range []string{"onboarding", "offboarding", "deployment"} {
-		name, suffix := prefix+"-"+kind, ""
-		attrs := map[string]string{}
-		dlqAttrs := map[string]string{}
-		if fifo {
-			suffix = ".fifo"
-			attrs["FifoQueue"], dlqAttrs["FifoQueue"] = "true", "true"
-		}
-		if withDLQ {
-			dlq, err := api.CreateQueue(ctx, &sqs.CreateQueueInput{QueueName: aws.String(name + "-dlq" + suffix), Attributes: dlqAttrs})
-			if err != nil {
-				t.Fatal(err)
-			}
-			a, err := api.GetQueueAttributes(ctx, &sqs.GetQueueAttributesInput{QueueUrl: dlq.QueueUrl,
-				AttributeNames: []types.QueueAttributeName{types.QueueAttributeNameQueueArn}})
-			if err != nil {
-				t.Fatal(err)
-			}
-			attrs["RedrivePolicy"] = fmt.Sprintf(`{"deadLetterTargetArn":%q,"maxReceiveCount":"5"}`, a.Attributes["QueueArn"])
-			q.dlq[kind] = aws.ToString(dlq.QueueUrl)
-		}
-		out, err := api.CreateQueue(ctx, &sqs.CreateQueueInput{QueueName: aws.String(name + suffix), Attributes: attrs})
+		url, dlq, err := fauxqs.CreateQueue(context.Background(), api, prefix+"-"+kind, o)
 		if err != nil {
 			t.Fatal(err)
 		}
+		if dlq != "" {
+			q.dlq[kind] = dlq
+		}
 		switch kind {
 		case "onboarding":
-			q.onboarding = aws.ToString(out.QueueUrl)
+			q.onboarding = url
 		case "offboarding":
-			q.offboarding = aws.ToString(out.QueueUrl)
+			q.offboarding = url
 		default:
-			q.deployment = aws.ToString(out.QueueUrl)
+			q.deployment = url
 		}
 	}
 	return q

@@ -13,10 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/aws/aws-sdk-go-v2/aws"
-	"github.com/aws/aws-sdk-go-v2/service/sqs"
-	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
-
+	"github.com/tenant-worker/tenant-worker/internal/fauxqs"
 	"github.com/tenant-worker/tenant-worker/internal/gitrepo"
 	"github.com/tenant-worker/tenant-worker/internal/gitserver"
 )
@@ -68,20 +65,8 @@ func TestFaultRun(t *testing.T) {
 		t.Skip("fault run skipped in -short mode")
 	}
 	h := newHarness(t, false)
-	h.q = createQueuesOpts(t, h.api, true, false)
 	// Chaos raises receive counts; keep the redrive limit out of the way.
-	for _, u := range []string{h.q.onboarding, h.q.offboarding, h.q.deployment} {
-		attrs, err := h.api.GetQueueAttributes(context.Background(), &sqs.GetQueueAttributesInput{QueueUrl: aws.String(u),
-			AttributeNames: []types.QueueAttributeName{types.QueueAttributeNameRedrivePolicy}})
-		if err != nil {
-			t.Fatal(err)
-		}
-		policy := strings.Replace(attrs.Attributes["RedrivePolicy"], `"maxReceiveCount":"5"`, `"maxReceiveCount":"50"`, 1)
-		if _, err := h.api.SetQueueAttributes(context.Background(), &sqs.SetQueueAttributesInput{QueueUrl: aws.String(u),
-			Attributes: map[string]string{"RedrivePolicy": policy}}); err != nil {
-			t.Fatal(err)
-		}
-	}
+	h.q = createQueuesOpts(t, h.api, fauxqs.QueueOptions{MaxReceiveCount: 50})
 
 	// (b) 10% of pushes fail with HTTP 500; every 15th stalls for 2 s and
 	// every 40th for 6 s (longer than the worker's git timeout).

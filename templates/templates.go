@@ -7,6 +7,7 @@ package templates
 import (
 	"embed"
 	"io/fs"
+	"testing/fstest"
 )
 
 // FS holds application-plane/production/... as in the reference repository.
@@ -29,4 +30,15 @@ func Files() (map[string][]byte, error) {
 		return err
 	})
 	return files, err
+}
+
+// MapFS returns the embedded tree as a writable in-memory file system, a
+// starting tree for tests that edit it.
+func MapFS() (fstest.MapFS, error) {
+	files, err := Files()
+	m := fstest.MapFS{}
+	for p, b := range files {
+		m[p] = &fstest.MapFile{Data: b}
+	}
+	return m, err
 }

@@ -16,10 +16,7 @@ import (
 	"path/filepath"
 	"syscall"
 
-	"github.com/aws/aws-sdk-go-v2/aws"
-	"github.com/aws/aws-sdk-go-v2/credentials"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
-	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
 
 	"github.com/tenant-worker/tenant-worker/internal/app"
 	"github.com/tenant-worker/tenant-worker/internal/config"
@@ -50,10 +47,7 @@ func run() int {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 
-	api := sqs.New(sqs.Options{
-		Region: "us-east-1", BaseEndpoint: aws.String(faux.Endpoint),
-		Credentials: credentials.NewStaticCredentialsProvider("test", "test", ""),
-	})
+	api := fauxqs.Client(faux.Endpoint)
 	opts := config.Default()
 	opts.LogFormat = "console"
 	fs := flag.NewFlagSet("worker", flag.ContinueOnError)
@@ -118,30 +112,16 @@ Metrics: http://%[8]s/metrics    Stop: Ctrl-C
 	return 0
 }
 
-// createQueue makes name and name-dlq, with a redrive policy between them.
+// createQueue makes name and name-dlq, with a redrive policy between them,
+// and returns the queue's URL in the form easiest to paste.
 func createQueue(ctx context.Context, api *sqs.Client, endpoint, name string) (string, error) {
-	dlq, err := api.CreateQueue(ctx, &sqs.CreateQueueInput{QueueName: aws.String(name + "-dlq")})
+	q, _, err := fauxqs.CreateQueue(ctx, api, name, fauxqs.QueueOptions{MaxReceiveCount: 5})
 	if err != nil {
-		return "", fmt.Errorf("create queue %s-dlq: %w", name, err)
-	}
-	attrs, err := api.GetQueueAttributes(ctx, &sqs.GetQueueAttributesInput{
-		QueueUrl: dlq.QueueUrl, AttributeNames: []types.QueueAttributeName{types.QueueAttributeNameQueueArn},
-	})
-	if err != nil {
-		return "", fmt.Errorf("read queue %s-dlq: %w", name, err)
-	}
-	q, err := api.CreateQueue(ctx, &sqs.CreateQueueInput{
-		QueueName: aws.String(name),
-		Attributes: map[string]string{
-			"RedrivePolicy": fmt.Sprintf(`{"deadLetterTargetArn":%q,"maxReceiveCount":"5"}`, attrs.Attributes["QueueArn"]),
-		},
-	})
-	if err != nil {
-		return "", fmt.Errorf("create queue %s: %w", name, err)
+		return "", err
 	}
 	// fauxqs names queues http://sqs.<region>.<host>:<port>/...; the plain
 	// endpoint form is easier to paste and works the same.
-	u, err := url.Parse(aws.ToString(q.QueueUrl))
+	u, err := url.Parse(q)
 	if err != nil {
 		return "", fmt.Errorf("queue URL of %s: %w", name, err)
 	}

@@ -13,17 +13,16 @@ import (
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
-	"github.com/aws/aws-sdk-go-v2/credentials"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
 
+	"github.com/tenant-worker/tenant-worker/internal/fauxqs"
 	"github.com/tenant-worker/tenant-worker/internal/gitserver"
 )
 
 // Run measures every size in opts and returns the results.
 func Run(ctx context.Context, opts Options, progress io.Writer) ([]SizeResult, error) {
-	api := sqs.New(sqs.Options{Region: "us-east-1", BaseEndpoint: aws.String(opts.SQSEndpint),
-		Credentials: credentials.NewStaticCredentialsProvider("test", "test", "")})
+	api := fauxqs.Client(opts.SQSEndpint)
 	var results []SizeResult
 	for _, n := range opts.Sizes {
 		fmt.Fprintf(progress, "bench: %d tenants\n", n)
@@ -61,7 +60,7 @@ func runSize(ctx context.Context, opts Options, api *sqs.Client, n int, progress
 
 	var queues []string
 	for _, kind := range []string{"onboarding", "offboarding", "deployment"} {
-		q, err := createQueue(ctx, api, fmt.Sprintf("bench-%d-%d-%s", n, time.Now().UnixNano()%1e9, kind))
+		q, _, err := fauxqs.CreateQueue(ctx, api, fmt.Sprintf("bench-%d-%d-%s", n, time.Now().UnixNano()%1e9, kind), fauxqs.QueueOptions{})
 		if err != nil {
 			return res, err
 		}
@@ -133,14 +132,6 @@ func runSize(ctx context.Context, opts Options, api *sqs.Client, n int, progress
 	}
 	res.PeakRSSMB = peakRSS(w.cmd.Process.Pid)
 	return res, nil
-}
-
-func createQueue(ctx context.Context, api *sqs.Client, name string) (string, error) {
-	out, err := api.CreateQueue(ctx, &sqs.CreateQueueInput{QueueName: aws.String(name)})
-	if err != nil {
-		return "", fmt.Errorf("create queue: %w", err)
-	}
-	return aws.ToString(out.QueueUrl), nil
 }
 
 // worker is the tenant-worker binary running as a child process.

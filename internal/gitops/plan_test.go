@@ -19,13 +19,9 @@ var layout = Layout{Root: templates.Root}
 // seed copies the embedded reference tree into a map file system.
 func seed(t *testing.T) fstest.MapFS {
 	t.Helper()
-	files, err := templates.Files()
+	m, err := templates.MapFS()
 	if err != nil {
 		t.Fatal(err)
-	}
-	m := fstest.MapFS{}
-	for p, b := range files {
-		m[p] = &fstest.MapFile{Data: b}
 	}
 	return m
 }

@@ -13,13 +13,9 @@ const root = templates.Root
 
 func seed(t testing.TB) fstest.MapFS {
 	t.Helper()
-	files, err := templates.Files()
+	m, err := templates.MapFS()
 	if err != nil {
 		t.Fatal(err)
-	}
-	m := fstest.MapFS{}
-	for p, b := range files {
-		m[p] = &fstest.MapFile{Data: b}
 	}
 	return m
 }
