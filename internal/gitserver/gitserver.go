@@ -38,6 +38,10 @@ type Server struct {
 
 	mu   sync.Mutex
 	hook Hook
+
+	// inflight counts requests still being served (under mu), so Close can
+	// wait for git to finish writing into Root before a test removes it.
+	inflight int
 }
 
 // Start serves the bare repositories under root on addr (such as
@@ -64,13 +68,43 @@ func Start(root, addr, token string) (*Server, error) {
 	return s, nil
 }
 
-// Close stops the server.
+// closeWait bounds how long Close waits for requests in flight.
+const closeWait = 30 * time.Second
+
+// Close stops the server and waits (up to 30s) for the requests in flight,
+// so that no git process still writes into Root once it returns.
 func (s *Server) Close() error {
 	err := s.srv.Close()
 	if errors.Is(err, http.ErrServerClosed) {
-		return nil
+		err = nil
+	}
+	deadline := time.Now().Add(closeWait)
+	for s.running() > 0 {
+		if time.Now().After(deadline) {
+			return errors.Join(err, fmt.Errorf("git server: requests still running after %s", closeWait))
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 	return err
+}
+
+// running is the number of requests in flight.
+func (s *Server) running() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.inflight
+}
+
+// track counts a request in flight until the returned func is called.
+func (s *Server) track() func() {
+	s.mu.Lock()
+	s.inflight++
+	s.mu.Unlock()
+	return func() {
+		s.mu.Lock()
+		s.inflight--
+		s.mu.Unlock()
+	}
 }
 
 // SetHook installs h (nil removes it).
@@ -82,6 +116,7 @@ func (s *Server) SetHook(h Hook) {
 
 // ServeHTTP checks the token, runs the hook and hands the request to git.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	defer s.track()()
 	user := "anonymous"
 	if s.token != "" {
 		u, pass, ok := r.BasicAuth()
