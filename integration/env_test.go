@@ -170,6 +170,7 @@ func (h *harness) start() {
 	opts.MaxRetryDelay = 2 * time.Second
 	opts.VisibilityTimeout = 30 * time.Second
 	opts.ShutdownGrace = 5 * time.Second
+	opts.QueueStatsEvery = 250 * time.Millisecond
 	if h.tune != nil {
 		h.tune(&opts)
 	}

@@ -1,6 +1,7 @@
 package integration
 
 import (
+	"fmt"
 	"io/fs"
 	"net/http"
 	"os"
@@ -181,6 +182,9 @@ func TestBadInputIsDeadLettered(t *testing.T) {
 		ids[h.send(c.queue, c.body)] = c.reason
 		byQueue[c.queue]++
 	}
+	// The dead-letter depth is published as a metric, read from SQS.
+	want := fmt.Sprintf(`tenant_worker_dead_letter_messages{queue=%q} %d`, queueName(h.q.onboarding), byQueue[h.q.onboarding])
+	h.waitFor("dead-letter depth metric", 15*time.Second, func() bool { return strings.Contains(h.httpGet("/metrics"), want) })
 	got := map[string]string{}
 	for queue, n := range byQueue {
 		kind := map[string]string{h.q.onboarding: "onboarding", h.q.offboarding: "offboarding", h.q.deployment: "deployment"}[queue]

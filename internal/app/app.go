@@ -118,6 +118,7 @@ func Run(ctx context.Context, c Config) error {
 	w := worker.New(p, m)
 
 	var consumers []*queue.Consumer
+	var queues []*queue.Queue
 	for _, kind := range message.Kinds {
 		var q *queue.Queue
 		err := retry(ctx, "find queue "+kinds[kind], func() error {
@@ -132,6 +133,7 @@ func Run(ctx context.Context, c Config) error {
 			return nil
 		}
 		m.InitQueue(q.Name)
+		queues = append(queues, q)
 		log.Info().Str("queue", q.Name).Str("url", q.URL).Str("dead_letter_queue", q.DeadLetterURL).
 			Str("kind", string(kind)).Msg("consuming queue")
 		observe := func(op string, err error) { m.SQSErrors.WithLabelValues(q.Name, op).Inc() }
@@ -143,6 +145,7 @@ func Run(ctx context.Context, c Config) error {
 	status.Store(nil)
 
 	var wg sync.WaitGroup
+	wg.Go(func() { watchDepths(ctx, api, queues, m, o.QueueStatsEvery) })
 	for _, c := range consumers {
 		wg.Go(func() { c.Run(ctx) })
 	}

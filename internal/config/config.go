@@ -40,6 +40,7 @@ type Options struct {
 	RetryDelay        time.Duration
 	MaxRetryDelay     time.Duration
 	ShutdownGrace     time.Duration
+	QueueStatsEvery   time.Duration
 
 	HTTPAddr  string
 	LogLevel  string
@@ -68,6 +69,7 @@ func Default() Options {
 		RetryDelay:        10 * time.Second,
 		MaxRetryDelay:     15 * time.Minute,
 		ShutdownGrace:     30 * time.Second,
+		QueueStatsEvery:   30 * time.Second,
 		HTTPAddr:          ":8080",
 		LogLevel:          "info",
 		LogFormat:         "json",
@@ -125,10 +127,24 @@ func (o *Options) Bind(fs *flag.FlagSet, getenv func(string) string) {
 	dur(&o.RetryDelay, "retry-delay", "RETRY_DELAY", "first redelivery delay after a transient failure; doubles per receive")
 	dur(&o.MaxRetryDelay, "max-retry-delay", "MAX_RETRY_DELAY", "longest redelivery delay")
 	dur(&o.ShutdownGrace, "shutdown-grace", "SHUTDOWN_GRACE", "time to finish the message in hand on SIGTERM")
+	dur(&o.QueueStatsEvery, "queue-stats-interval", "QUEUE_STATS_INTERVAL", "how often queue and dead-letter depths are read for metrics")
 	str(&o.HTTPAddr, "http-addr", "HTTP_ADDR", "address serving /metrics, /healthz and /readyz")
 	str(&o.LogLevel, "log-level", "LOG_LEVEL", "debug, info, warn or error")
 	str(&o.LogFormat, "log-format", "LOG_FORMAT", "json or console")
 	o.GitToken = getenv("GIT_TOKEN")
+}
+
+// EnvNames lists every environment variable the worker reads for its
+// settings, in flag order (GIT_TOKEN last). Deploy files are checked
+// against it.
+func EnvNames() []string {
+	var names []string
+	o := Default()
+	o.Bind(flag.NewFlagSet("env", flag.ContinueOnError), func(k string) string {
+		names = append(names, k)
+		return ""
+	})
+	return names
 }
 
 // Validate reports every problem at once.
@@ -179,7 +195,7 @@ func (o *Options) Validate() error {
 		errs = append(errs, fmt.Errorf("PUSH_ATTEMPTS must be at least 1, not %d", o.PushAttempts))
 	}
 	for name, d := range map[string]time.Duration{"GIT_TIMEOUT": o.GitTimeout, "RETRY_DELAY": o.RetryDelay,
-		"MAX_RETRY_DELAY": o.MaxRetryDelay, "SHUTDOWN_GRACE": o.ShutdownGrace} {
+		"MAX_RETRY_DELAY": o.MaxRetryDelay, "SHUTDOWN_GRACE": o.ShutdownGrace, "QUEUE_STATS_INTERVAL": o.QueueStatsEvery} {
 		if d <= 0 {
 			errs = append(errs, fmt.Errorf("%s must be positive, not %s", name, d))
 		}

@@ -34,7 +34,18 @@ type Metrics struct {
 	PushAttempts    *prometheus.CounterVec
 	LastPush        prometheus.Gauge
 	SQSErrors       *prometheus.CounterVec
+	// QueueMessages and DeadLetterMessages are read from the queues'
+	// attributes every QUEUE_STATS_INTERVAL.
+	QueueMessages      *prometheus.GaugeVec
+	DeadLetterMessages *prometheus.GaugeVec
 }
+
+// States of queued messages, the values of the "state" label.
+const (
+	StateVisible  = "visible"   // waiting to be received
+	StateInFlight = "in_flight" // received, not yet deleted
+	StateDelayed  = "delayed"   // waiting out a retry delay
+)
 
 // Steps of the pipeline, the values of the "step" label.
 var Steps = []string{"sync", "render", "commit", "validate", "push"}
@@ -79,8 +90,16 @@ func New(reg prometheus.Registerer) *Metrics {
 			Help: "Failed SQS calls, by queue and operation.",
 		}, []string{"queue", "op"}),
 	}
+	m.QueueMessages = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "tenant_worker_queue_messages",
+		Help: "Approximate messages in each source queue, by state (visible, in_flight, delayed).",
+	}, []string{"queue", "state"})
+	m.DeadLetterMessages = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "tenant_worker_dead_letter_messages",
+		Help: "Approximate messages in the dead-letter queue of each source queue.",
+	}, []string{"queue"})
 	reg.MustRegister(m.Messages, m.Rejections, m.MessageDuration, m.StepDuration, m.LockWait,
-		m.PushAttempts, m.LastPush, m.SQSErrors)
+		m.PushAttempts, m.LastPush, m.SQSErrors, m.QueueMessages, m.DeadLetterMessages)
 
 	for _, s := range Steps {
 		m.StepDuration.WithLabelValues(s)
