@@ -14,7 +14,7 @@ FAUXQS        := $(TOOLS)/node_modules/fauxqs/package.json
 SHELL         := /bin/bash
 FUZZTIME      ?= 60s
 
-.PHONY: all build tools run test vet fmt-check fuzz bench clean
+.PHONY: all build tools chromium run test vet fmt-check fuzz bench clean
 
 all: build
 
@@ -27,13 +27,20 @@ $(FAUXQS):
 	mkdir -p $(TOOLS)
 	$(NPM) install --prefix $(TOOLS) --no-audit --no-fund --no-package-lock --loglevel=error $(NPM_TOOLS)
 
+# Debian's Chromium, for the status page test in a real browser.
+chromium:
+	@command -v chromium >/dev/null || { \
+		SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
+		$$SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends chromium \
+		|| { $$SUDO apt-get update && $$SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends chromium; }; }
+
 run: tools build
 	$(GO) build -o $(BIN)/devstack ./cmd/devstack
 	$(BIN)/devstack
 
 # Everything under the race detector, then the fault run on its own (its
 # workers are separate processes) so that its counts are printed.
-test: tools vet fmt-check
+test: tools chromium vet fmt-check
 	$(GO) test -race -count=1 -skip '^TestFaultRun$$' ./...
 	set -o pipefail; $(GO) test -count=1 -run '^TestFaultRun$$' -v ./integration/ \
 		| grep -E '^(=== RUN|--- |PASS|FAIL|ok)|fault run:|_test.go'

@@ -307,7 +307,7 @@ func checkPod(t *testing.T, r *rendered) {
 	if len(ctr.Ports) != 1 || ctr.Ports[0].Name != "http" || strconv.Itoa(int(ctr.Ports[0].ContainerPort)) != port {
 		t.Errorf("container ports %+v, HTTP_ADDR %s", ctr.Ports, o.HTTPAddr)
 	}
-	h := httpserver.Handler(prometheus.NewRegistry(), func() error { return nil })
+	h := httpserver.Handler(prometheus.NewRegistry(), func() error { return nil }, nil)
 	for name, p := range map[string]*corev1.Probe{"liveness": ctr.LivenessProbe, "readiness": ctr.ReadinessProbe, "startup": ctr.StartupProbe} {
 		if p == nil || p.HTTPGet == nil || p.HTTPGet.Port.String() != "http" {
 			t.Errorf("%s probe %+v", name, p)

@@ -125,7 +125,7 @@ func TestCompose(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, q := range []string{o.OnboardingQueue, o.OffboardingQueue, o.DeploymentQueue} {
+	for _, q := range []string{o.OnboardingQueue, o.OffboardingQueue, o.DeploymentQueue, o.ResultsQueue} {
 		if !strings.Contains(string(script), q) {
 			t.Errorf("init does not create queue %s", q)
 		}

@@ -73,29 +73,31 @@ func TestIAMPolicyIsLeastPrivilege(t *testing.T) {
 		if s.Effect != "Allow" {
 			t.Errorf("statement %s: effect %s", s.Sid, s.Effect)
 		}
-		dlq := 0
+		// Queues the worker only writes to: dead-letter queues, and the
+		// results queue.
+		sinks := 0
 		for _, r := range s.Resource {
 			if !strings.HasPrefix(r, "arn:aws:sqs:") || strings.Contains(r, "*") {
 				t.Errorf("statement %s: resource %q is not one queue", s.Sid, r)
 			}
-			if strings.HasSuffix(r, "-dlq") {
-				dlq++
+			if strings.HasSuffix(r, "-dlq") || strings.HasSuffix(r, ":${results_queue}") {
+				sinks++
 			}
 		}
-		if dlq != 0 && dlq != len(s.Resource) {
-			t.Errorf("statement %s mixes source and dead-letter queues", s.Sid)
+		if sinks != 0 && sinks != len(s.Resource) {
+			t.Errorf("statement %s mixes source queues with dead-letter or results queues", s.Sid)
 		}
 		for _, a := range s.Action {
 			granted[a] = true
-			onDLQ := dlq > 0
+			onSink := sinks > 0
 			switch a {
 			case "sqs:SendMessage":
-				if !onDLQ {
+				if !onSink {
 					t.Errorf("statement %s grants send on a source queue", s.Sid)
 				}
 			case "sqs:ReceiveMessage", "sqs:DeleteMessage", "sqs:ChangeMessageVisibility":
-				if onDLQ {
-					t.Errorf("statement %s grants %s on a dead-letter queue", s.Sid, a)
+				if onSink {
+					t.Errorf("statement %s grants %s on a dead-letter or results queue", s.Sid, a)
 				}
 			}
 		}

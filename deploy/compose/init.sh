@@ -1,6 +1,7 @@
 #!/bin/sh
 # Creates the three queues with dead-letter queues (redrive after 5
-# receives) and the GitOps repository seeded from templates/. Idempotent.
+# receives), the results queue, and the GitOps repository seeded from
+# templates/. Idempotent.
 set -eu
 apk add --no-cache aws-cli git curl >/dev/null
 token=$(cat "$GIT_TOKEN_FILE")
@@ -11,6 +12,8 @@ for q in argoworkflows-onboarding-queue argoworkflows-offboarding-queue argowork
   aws sqs create-queue --queue-name "$q" \
     --attributes "{\"RedrivePolicy\":\"{\\\"deadLetterTargetArn\\\":\\\"$dlq_arn\\\",\\\"maxReceiveCount\\\":\\\"5\\\"}\",\"VisibilityTimeout\":\"120\"}" >/dev/null
 done
+
+aws sqs create-queue --queue-name tenant-worker-results >/dev/null
 
 # The token goes in a header, never in a URL or a remote's config.
 auth="Authorization: token $token"

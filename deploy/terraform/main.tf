@@ -44,6 +44,15 @@ resource "aws_sqs_queue_redrive_allow_policy" "dead_letter" {
   })
 }
 
+# One result event per finished message (RESULTS_QUEUE), for onboarding
+# services and `tenant-worker send --wait`.
+resource "aws_sqs_queue" "results" {
+  name                      = var.results_queue_name
+  message_retention_seconds = 86400
+  sqs_managed_sse_enabled   = true
+  tags                      = var.tags
+}
+
 data "aws_iam_policy_document" "assume" {
   statement {
     actions = ["sts:AssumeRoleWithWebIdentity"]
@@ -79,5 +88,6 @@ resource "aws_iam_role_policy" "worker" {
     onboarding_queue  = aws_sqs_queue.tenant["onboarding"].name
     offboarding_queue = aws_sqs_queue.tenant["offboarding"].name
     deployment_queue  = aws_sqs_queue.tenant["deployment"].name
+    results_queue     = aws_sqs_queue.results.name
   })
 }

@@ -16,6 +16,12 @@ variable "deployment_queue_name" {
   default     = "argoworkflows-deployment-queue"
 }
 
+variable "results_queue_name" {
+  description = "Name of the queue the worker publishes one result event per finished message to (RESULTS_QUEUE)."
+  type        = string
+  default     = "tenant-worker-results"
+}
+
 variable "max_receive_count" {
   description = "Receives before SQS moves a message to its dead-letter queue."
   type        = number

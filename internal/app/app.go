@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -26,6 +27,9 @@ import (
 	"github.com/tenant-worker/tenant-worker/internal/metrics"
 	"github.com/tenant-worker/tenant-worker/internal/pipeline"
 	"github.com/tenant-worker/tenant-worker/internal/queue"
+	"github.com/tenant-worker/tenant-worker/internal/results"
+	"github.com/tenant-worker/tenant-worker/internal/runs"
+	"github.com/tenant-worker/tenant-worker/internal/status"
 	"github.com/tenant-worker/tenant-worker/internal/worker"
 )
 
@@ -39,6 +43,8 @@ type Config struct {
 	Listener net.Listener
 	// SQS, if set, replaces the client built from the AWS environment.
 	SQS queue.API
+	// Version is shown on the status page.
+	Version string
 }
 
 // Run runs the worker until ctx is done, then finishes the messages in hand
@@ -64,15 +70,15 @@ func Run(ctx context.Context, c Config) error {
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	m := metrics.New(reg)
 
-	// status holds why the worker is not ready; nil once it is.
-	var status atomic.Pointer[string]
+	// notReady holds why the worker is not ready; nil once it is.
+	var notReady atomic.Pointer[string]
 	setStatus := func(format string, args ...any) {
 		s := fmt.Sprintf(format, args...)
-		status.Store(&s)
+		notReady.Store(&s)
 	}
 	setStatus("starting")
 	ready := func() error {
-		if s := status.Load(); s != nil {
+		if s := notReady.Load(); s != nil {
 			return errors.New(*s)
 		}
 		return nil
@@ -84,7 +90,12 @@ func Run(ctx context.Context, c Config) error {
 			return fmt.Errorf("listen on HTTP_ADDR %s: %w", o.HTTPAddr, err)
 		}
 	}
-	srv := httpserver.New(o.HTTPAddr, httpserver.Handler(reg, ready))
+	rec := runs.New(o.RunHistory)
+	for _, kind := range message.Kinds {
+		rec.AddQueue(queueName(kinds[kind]))
+	}
+	ui := status.Handler(rec, status.Info{Repository: o.GitRepoURL, Branch: o.GitBranch, Version: c.Version})
+	srv := httpserver.New(o.HTTPAddr, httpserver.Handler(reg, ready, ui))
 	go func() {
 		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			log.Error().Err(err).Msg("HTTP server stopped")
@@ -95,7 +106,7 @@ func Run(ctx context.Context, c Config) error {
 		defer cancel()
 		_ = srv.Shutdown(sctx)
 	}()
-	log.Info().Str("addr", ln.Addr().String()).Msg("serving /metrics, /healthz and /readyz")
+	log.Info().Str("addr", ln.Addr().String()).Msg("serving the status page, /api/runs, /metrics, /healthz and /readyz")
 
 	var repo *gitrepo.Repo
 	err := retry(ctx, "open the GitOps repository", func() error {
@@ -114,8 +125,35 @@ func Run(ctx context.Context, c Config) error {
 	}
 	log.Info().Str("repo", o.GitRepoURL).Str("branch", o.GitBranch).Str("head", repo.Head().String()).Msg("repository ready")
 
-	p := pipeline.New(repo, pipeline.Options{Layout: gitops.Layout{Root: o.GitopsRoot}, MaxAttempts: o.PushAttempts}, m)
-	w := worker.New(p, m)
+	p := pipeline.New(repo, pipeline.Options{
+		Layout: gitops.Layout{Root: o.GitopsRoot}, MaxAttempts: o.PushAttempts,
+		OnStep: func(jobs []pipeline.Job, step string) {
+			ids := make([]string, len(jobs))
+			for i, j := range jobs {
+				ids[i] = j.MessageID
+			}
+			rec.Update(ids, func(r *runs.Run) { r.Step = step })
+		},
+	}, m)
+
+	var pub worker.Publisher
+	if o.ResultsQueue != "" {
+		var rq *queue.Queue
+		err := retry(ctx, "find results queue "+o.ResultsQueue, func() error {
+			var err error
+			rq, err = queue.Resolve(ctx, api, o.ResultsQueue)
+			if err != nil {
+				setStatus("results queue %s: %v", o.ResultsQueue, err)
+			}
+			return err
+		})
+		if err != nil {
+			return nil
+		}
+		pub = results.NewPublisher(api, rq.URL, rq.FIFO())
+		log.Info().Str("queue", rq.Name).Str("url", rq.URL).Msg("publishing result events")
+	}
+	w := worker.New(p, m, rec, pub)
 
 	var consumers []*queue.Consumer
 	var queues []*queue.Queue
@@ -142,10 +180,10 @@ func Run(ctx context.Context, c Config) error {
 			RetryDelay: o.RetryDelay, MaxRetryDelay: o.MaxRetryDelay, ShutdownGrace: o.ShutdownGrace,
 		}, observe))
 	}
-	status.Store(nil)
+	notReady.Store(nil)
 
 	var wg sync.WaitGroup
-	wg.Go(func() { watchDepths(ctx, api, queues, m, o.QueueStatsEvery) })
+	wg.Go(func() { watchDepths(ctx, api, queues, m, rec, o.QueueStatsEvery) })
 	for _, c := range consumers {
 		wg.Go(func() { c.Run(ctx) })
 	}
@@ -176,4 +214,9 @@ func retry(ctx context.Context, what string, fn func() error) error {
 		}
 		delay = min(delay*2, 30*time.Second)
 	}
+}
+
+// queueName is the name in a queue name or URL, as logs and metrics show it.
+func queueName(nameOrURL string) string {
+	return nameOrURL[strings.LastIndex(nameOrURL, "/")+1:]
 }

@@ -10,6 +10,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"runtime/debug"
 	"syscall"
 
 	"github.com/tenant-worker/tenant-worker/internal/app"
@@ -92,9 +93,37 @@ Flags:
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	if err := app.Run(ctx, app.Config{Options: opts, Token: token, Logger: log}); err != nil {
+	if err := app.Run(ctx, app.Config{Options: opts, Token: token, Logger: log, Version: Version()}); err != nil {
 		log.Error().Err(err).Msg("worker failed")
 		return 1
 	}
 	return 0
+}
+
+// Version is the module version of the binary, or its VCS revision when
+// built from a checkout.
+func Version() string {
+	bi, ok := debug.ReadBuildInfo()
+	if !ok {
+		return "unknown"
+	}
+	if v := bi.Main.Version; v != "" && v != "(devel)" {
+		return v
+	}
+	rev, dirty := "", false
+	for _, s := range bi.Settings {
+		switch s.Key {
+		case "vcs.revision":
+			rev = s.Value[:min(len(s.Value), 12)]
+		case "vcs.modified":
+			dirty = s.Value == "true"
+		}
+	}
+	if rev == "" {
+		return "dev"
+	}
+	if dirty {
+		rev += "-dirty"
+	}
+	return rev
 }

@@ -41,6 +41,8 @@ type Options struct {
 	MaxRetryDelay     time.Duration
 	ShutdownGrace     time.Duration
 	QueueStatsEvery   time.Duration
+	ResultsQueue      string
+	RunHistory        int
 
 	HTTPAddr  string
 	LogLevel  string
@@ -70,6 +72,7 @@ func Default() Options {
 		MaxRetryDelay:     15 * time.Minute,
 		ShutdownGrace:     30 * time.Second,
 		QueueStatsEvery:   30 * time.Second,
+		RunHistory:        200,
 		HTTPAddr:          ":8080",
 		LogLevel:          "info",
 		LogFormat:         "json",
@@ -128,7 +131,9 @@ func (o *Options) Bind(fs *flag.FlagSet, getenv func(string) string) {
 	dur(&o.MaxRetryDelay, "max-retry-delay", "MAX_RETRY_DELAY", "longest redelivery delay")
 	dur(&o.ShutdownGrace, "shutdown-grace", "SHUTDOWN_GRACE", "time to finish the message in hand on SIGTERM")
 	dur(&o.QueueStatsEvery, "queue-stats-interval", "QUEUE_STATS_INTERVAL", "how often queue and dead-letter depths are read for metrics")
-	str(&o.HTTPAddr, "http-addr", "HTTP_ADDR", "address serving /metrics, /healthz and /readyz")
+	str(&o.ResultsQueue, "results-queue", "RESULTS_QUEUE", "queue name or URL for one result event per finished message; empty publishes none")
+	num(&o.RunHistory, "run-history", "RUN_HISTORY", "finished runs kept for the status page and /api/runs")
+	str(&o.HTTPAddr, "http-addr", "HTTP_ADDR", "address serving the status page, /api/runs, /metrics, /healthz and /readyz")
 	str(&o.LogLevel, "log-level", "LOG_LEVEL", "debug, info, warn or error")
 	str(&o.LogFormat, "log-format", "LOG_FORMAT", "json or console")
 	o.GitToken = getenv("GIT_TOKEN")
@@ -190,6 +195,9 @@ func (o *Options) Validate() error {
 	}
 	if o.VisibilityTimeout < time.Second || o.VisibilityTimeout > 12*time.Hour {
 		errs = append(errs, fmt.Errorf("SQS_VISIBILITY_TIMEOUT must be 1s to 12h, not %s", o.VisibilityTimeout))
+	}
+	if o.RunHistory < 1 || o.RunHistory > 100000 {
+		errs = append(errs, fmt.Errorf("RUN_HISTORY must be 1 to 100000, not %d", o.RunHistory))
 	}
 	if o.PushAttempts < 1 {
 		errs = append(errs, fmt.Errorf("PUSH_ATTEMPTS must be at least 1, not %d", o.PushAttempts))

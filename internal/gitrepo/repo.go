@@ -256,3 +256,20 @@ func (r *Repo) CommitInfo(h plumbing.Hash) ([]plumbing.Hash, string, error) {
 	}
 	return c.ParentHashes, c.Message, nil
 }
+
+// Diff returns the unified diff from commit from to commit to.
+func (r *Repo) Diff(from, to plumbing.Hash) (string, error) {
+	a, err := r.repo.CommitObject(from)
+	if err != nil {
+		return "", fmt.Errorf("read commit %s: %w", from, err)
+	}
+	b, err := r.repo.CommitObject(to)
+	if err != nil {
+		return "", fmt.Errorf("read commit %s: %w", to, err)
+	}
+	p, err := a.Patch(b)
+	if err != nil {
+		return "", fmt.Errorf("diff %s..%s: %w", from, to, err)
+	}
+	return p.String(), nil
+}

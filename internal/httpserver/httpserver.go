@@ -1,5 +1,6 @@
 // Package httpserver serves the worker's operational endpoints: /metrics for
-// Prometheus, /healthz for liveness and /readyz for readiness.
+// Prometheus, /healthz for liveness, /readyz for readiness, and whatever
+// else the caller mounts (the status page and /api/runs).
 package httpserver
 
 import (
@@ -18,9 +19,12 @@ const (
 )
 
 // Handler returns the endpoints. ready reports why the worker is not ready
-// yet, or nil once it is.
-func Handler(g prometheus.Gatherer, ready func() error) http.Handler {
+// yet, or nil once it is. ui, if not nil, serves every other path.
+func Handler(g prometheus.Gatherer, ready func() error, ui http.Handler) http.Handler {
 	mux := http.NewServeMux()
+	if ui != nil {
+		mux.Handle("/", ui)
+	}
 	mux.Handle(MetricsPath, promhttp.HandlerFor(g, promhttp.HandlerOpts{}))
 	mux.HandleFunc(HealthPath, func(w http.ResponseWriter, _ *http.Request) {
 		_, _ = w.Write([]byte("ok\n"))

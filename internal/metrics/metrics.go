@@ -38,7 +38,15 @@ type Metrics struct {
 	// attributes every QUEUE_STATS_INTERVAL.
 	QueueMessages      *prometheus.GaugeVec
 	DeadLetterMessages *prometheus.GaugeVec
+	// ResultEvents counts result events published to RESULTS_QUEUE.
+	ResultEvents *prometheus.CounterVec
 }
+
+// Results of publishing result events, the values of the "result" label.
+const (
+	ResultSent   = "sent"
+	ResultFailed = "failed"
+)
 
 // States of queued messages, the values of the "state" label.
 const (
@@ -98,14 +106,21 @@ func New(reg prometheus.Registerer) *Metrics {
 		Name: "tenant_worker_dead_letter_messages",
 		Help: "Approximate messages in the dead-letter queue of each source queue.",
 	}, []string{"queue"})
+	m.ResultEvents = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "tenant_worker_result_events_total",
+		Help: "Result events published to RESULTS_QUEUE, by result (sent, failed).",
+	}, []string{"result"})
 	reg.MustRegister(m.Messages, m.Rejections, m.MessageDuration, m.StepDuration, m.LockWait,
-		m.PushAttempts, m.LastPush, m.SQSErrors, m.QueueMessages, m.DeadLetterMessages)
+		m.PushAttempts, m.LastPush, m.SQSErrors, m.QueueMessages, m.DeadLetterMessages, m.ResultEvents)
 
 	for _, s := range Steps {
 		m.StepDuration.WithLabelValues(s)
 	}
 	for _, r := range []string{PushSuccess, PushConflict, PushError} {
 		m.PushAttempts.WithLabelValues(r)
+	}
+	for _, r := range []string{ResultSent, ResultFailed} {
+		m.ResultEvents.WithLabelValues(r)
 	}
 	return m
 }

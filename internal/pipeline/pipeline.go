@@ -62,6 +62,9 @@ type Result struct {
 	Message string
 	// Attempts counts push attempts.
 	Attempts int
+	// Steps is the time spent in each step (lock, sync, render, commit,
+	// validate, push) by the batch the job was part of, over all attempts.
+	Steps map[string]time.Duration
 }
 
 // ErrSkipped marks a job not tried because an earlier job of its FIFO group
@@ -78,6 +81,12 @@ type Options struct {
 	// HistoryDepth is how many recent commits are searched for the message
 	// id trailers of redelivered messages.
 	HistoryDepth int
+	// OnStep, if set, is called as a batch enters each step, for the
+	// status page's runs in flight.
+	OnStep func(jobs []Job, step string)
+	// DryRun does everything but the push: a job's Applied then means it
+	// would be pushed, and its Commit exists only in the local clone.
+	DryRun bool
 }
 
 // Pipeline applies batches of jobs to one repository and branch, one batch
@@ -134,7 +143,15 @@ func (p *Pipeline) Apply(ctx context.Context, jobs []Job) []Result {
 	// The lock is a buffered channel released by this defer: it cannot leak
 	// past the call, whatever happens inside.
 	defer func() { <-p.lock }()
-	p.metrics.LockWait.Observe(time.Since(waited).Seconds())
+	lockWait := time.Since(waited)
+	p.metrics.LockWait.Observe(lockWait.Seconds())
+	steps := map[string]time.Duration{"lock": lockWait}
+	withSteps := func(rs []Result) []Result {
+		for i := range rs {
+			rs[i].Steps = steps
+		}
+		return rs
+	}
 
 	log := zerolog.Ctx(ctx)
 	plans := map[int]planned{} // kept across attempts
@@ -148,10 +165,11 @@ func (p *Pipeline) Apply(ctx context.Context, jobs []Job) []Result {
 		ev := log.Debug().Int("jobs", len(jobs)).Int("attempt", attempt).AnErr("push_error", err)
 		for step, d := range b.spent {
 			ev = ev.Dur(step, d)
+			steps[step] += d
 		}
 		ev.Msg("batch attempt done")
 		if err == nil || !gitrepo.IsConflict(err) || attempt >= p.opts.MaxAttempts {
-			return b.finish(err, attempt)
+			return withSteps(b.finish(err, attempt))
 		}
 		// A short random pause: enough to break the lockstep of replicas
 		// racing each other, short enough to win against a busy writer.
@@ -161,7 +179,7 @@ func (p *Pipeline) Apply(ctx context.Context, jobs []Job) []Result {
 			for i := range results {
 				results[i] = Result{Err: err, Attempts: attempt}
 			}
-			return results
+			return withSteps(results)
 		}
 	}
 }
@@ -250,6 +268,9 @@ func (b *batch) run(ctx context.Context) error {
 			return b.run(ctx)
 		}
 	}
+	if b.p.opts.DryRun {
+		return nil
+	}
 	return b.timed("push", func() error { return b.push(ctx) })
 }
 
@@ -265,6 +286,9 @@ func (b *batch) allApplied() bool {
 
 // timed runs one step and records its duration.
 func (b *batch) timed(step string, fn func() error) error {
+	if b.p.opts.OnStep != nil {
+		b.p.opts.OnStep(b.jobs, step)
+	}
 	start := time.Now()
 	err := fn()
 	d := time.Since(start)

@@ -45,7 +45,8 @@ const (
 // Disposition is a handler's verdict on a message.
 type Disposition struct {
 	Action Action
-	// Reason and Detail go with a rejected message to the dead-letter queue.
+	// Reason and Detail go with a rejected message to the dead-letter queue;
+	// Detail also says why a retried message failed.
 	Reason string
 	Detail string
 }
