@@ -24,8 +24,11 @@ Usage:
   tenant-worker <command> [flags]
 
 Commands:
-  run     consume the onboarding, offboarding and deployment queues
-  help    show this help
+  run      consume the onboarding, offboarding and deployment queues
+  send     send a tenant message (and with --wait, wait for its outcome)
+  plan     show the commit a message would make, pushing nothing
+  tenants  list tiers, tenants, chart versions and image tags
+  help     show this help
 
 Run "tenant-worker <command> --help" for a command's flags.
 `
@@ -39,6 +42,12 @@ func Main(args []string, stdout, stderr io.Writer, getenv func(string) string) i
 	switch args[0] {
 	case "run":
 		return runCmd(args[1:], stdout, stderr, getenv)
+	case "send":
+		return sendCmd(args[1:], stdout, stderr, getenv)
+	case "plan":
+		return planCmd(args[1:], stdout, stderr, getenv)
+	case "tenants":
+		return tenantsCmd(args[1:], stdout, stderr, getenv)
 	case "help", "-h", "-help", "--help":
 		fmt.Fprint(stdout, usage)
 		return 0
@@ -54,7 +63,8 @@ func runCmd(args []string, stdout, stderr io.Writer, getenv func(string) string)
 	opts := config.Default()
 	opts.Bind(fs, getenv)
 	fs.Usage = func() {
-		fmt.Fprintf(fs.Output(), `Usage: tenant-worker run [flags]
+		fs.SetOutput(stdout)
+		fmt.Fprintf(stdout, `Usage: tenant-worker run [flags]
 
 Consume the three queues and apply each message to the GitOps repository.
 Every flag can also be set by the environment variable named after it. AWS
@@ -64,7 +74,6 @@ GIT_TOKEN_FILE.
 
 Flags:
 `)
-		fs.SetOutput(stdout)
 		fs.PrintDefaults()
 	}
 	if err := fs.Parse(args); err != nil {

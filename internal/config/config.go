@@ -82,6 +82,24 @@ func Default() Options {
 // Bind registers every setting on fs, taking defaults from the environment
 // through getenv. Bad environment values are reported by Validate.
 func (o *Options) Bind(fs *flag.FlagSet, getenv func(string) string) {
+	o.BindGroups(fs, getenv, Queues|Git|Worker)
+}
+
+// Group is a set of settings, for commands that need only some.
+type Group int
+
+// The groups of settings.
+const (
+	// Queues are the three queue names and RESULTS_QUEUE.
+	Queues Group = 1 << iota
+	// Git is the repository, its credentials and GITOPS_ROOT.
+	Git
+	// Worker is everything else: SQS tuning, retries, HTTP, logs.
+	Worker
+)
+
+// BindGroups registers the settings of groups on fs, as Bind does.
+func (o *Options) BindGroups(fs *flag.FlagSet, getenv func(string) string, groups Group) {
 	str := func(p *string, name, env, usage string) {
 		if v := getenv(env); v != "" {
 			*p = v
@@ -110,37 +128,45 @@ func (o *Options) Bind(fs *flag.FlagSet, getenv func(string) string) {
 		}
 		fs.IntVar(p, name, *p, fmt.Sprintf("%s (env %s)", usage, env))
 	}
-	str(&o.OnboardingQueue, "onboarding-queue", "ONBOARDING_QUEUE", "onboarding queue name or URL")
-	str(&o.OffboardingQueue, "offboarding-queue", "OFFBOARDING_QUEUE", "offboarding queue name or URL")
-	str(&o.DeploymentQueue, "deployment-queue", "DEPLOYMENT_QUEUE", "deployment queue name or URL")
-	str(&o.GitRepoURL, "git-repo-url", "GIT_REPO_URL", "GitOps repository URL, without credentials (required)")
-	str(&o.GitBranch, "git-branch", "GIT_BRANCH", "branch Flux watches")
-	str(&o.GitUsername, "git-username", "GIT_USERNAME", "user name sent with the token")
-	str(&o.GitTokenFile, "git-token-file", "GIT_TOKEN_FILE", "file holding the git token (or set GIT_TOKEN; there is no token flag)")
-	str(&o.GitAuthorName, "git-author-name", "GIT_AUTHOR_NAME", "commit author name")
-	str(&o.GitAuthorEmail, "git-author-email", "GIT_AUTHOR_EMAIL", "commit author email")
-	str(&o.GitopsRoot, "gitops-root", "GITOPS_ROOT", "folder of tier-templates/, tenants/ and pooled-envs/ in the repository")
-	str(&o.GitCloneDir, "git-clone-dir", "GIT_CLONE_DIR", "where the clone is kept; empty keeps it in memory")
-	dur(&o.GitTimeout, "git-timeout", "GIT_TIMEOUT", "timeout of each fetch and push")
-	num(&o.PushAttempts, "push-attempts", "PUSH_ATTEMPTS", "push attempts per message when other writers move the branch")
-	dur(&o.WaitTime, "sqs-wait-time", "SQS_WAIT_TIME", "long-poll wait of each receive (at most 20s)")
-	num(&o.MaxMessages, "sqs-max-messages", "SQS_MAX_MESSAGES", "messages per receive (1 to 10)")
-	num(&o.MaxBatch, "max-batch", "MAX_BATCH", "messages applied together (one commit each, one push) when a backlog waits")
-	dur(&o.VisibilityTimeout, "sqs-visibility-timeout", "SQS_VISIBILITY_TIMEOUT", "visibility timeout of received messages")
-	dur(&o.RetryDelay, "retry-delay", "RETRY_DELAY", "first redelivery delay after a transient failure; doubles per receive")
-	dur(&o.MaxRetryDelay, "max-retry-delay", "MAX_RETRY_DELAY", "longest redelivery delay")
-	dur(&o.ShutdownGrace, "shutdown-grace", "SHUTDOWN_GRACE", "time to finish the message in hand on SIGTERM")
-	dur(&o.QueueStatsEvery, "queue-stats-interval", "QUEUE_STATS_INTERVAL", "how often queue and dead-letter depths are read for metrics")
-	str(&o.ResultsQueue, "results-queue", "RESULTS_QUEUE", "queue name or URL for one result event per finished message; empty publishes none")
-	num(&o.RunHistory, "run-history", "RUN_HISTORY", "finished runs kept for the status page and /api/runs")
-	str(&o.HTTPAddr, "http-addr", "HTTP_ADDR", "address serving the status page, /api/runs, /metrics, /healthz and /readyz")
-	str(&o.LogLevel, "log-level", "LOG_LEVEL", "debug, info, warn or error")
-	str(&o.LogFormat, "log-format", "LOG_FORMAT", "json or console")
-	o.GitToken = getenv("GIT_TOKEN")
+	if groups&Queues != 0 {
+		str(&o.OnboardingQueue, "onboarding-queue", "ONBOARDING_QUEUE", "onboarding queue name or URL")
+		str(&o.OffboardingQueue, "offboarding-queue", "OFFBOARDING_QUEUE", "offboarding queue name or URL")
+		str(&o.DeploymentQueue, "deployment-queue", "DEPLOYMENT_QUEUE", "deployment queue name or URL")
+		str(&o.ResultsQueue, "results-queue", "RESULTS_QUEUE", "queue name or URL for one result event per finished message; empty publishes none")
+	}
+	if groups&Git != 0 {
+		str(&o.GitRepoURL, "git-repo-url", "GIT_REPO_URL", "GitOps repository URL, without credentials (required)")
+		str(&o.GitBranch, "git-branch", "GIT_BRANCH", "branch Flux watches")
+		str(&o.GitUsername, "git-username", "GIT_USERNAME", "user name sent with the token")
+		str(&o.GitTokenFile, "git-token-file", "GIT_TOKEN_FILE", "file holding the git token (or set GIT_TOKEN; there is no token flag)")
+		str(&o.GitAuthorName, "git-author-name", "GIT_AUTHOR_NAME", "commit author name")
+		str(&o.GitAuthorEmail, "git-author-email", "GIT_AUTHOR_EMAIL", "commit author email")
+		str(&o.GitopsRoot, "gitops-root", "GITOPS_ROOT", "folder of tier-templates/, tenants/ and pooled-envs/ in the repository")
+		str(&o.GitCloneDir, "git-clone-dir", "GIT_CLONE_DIR", "where the clone is kept; empty keeps it in memory")
+		dur(&o.GitTimeout, "git-timeout", "GIT_TIMEOUT", "timeout of each fetch and push")
+		o.GitToken = getenv("GIT_TOKEN")
+	}
+	if groups&Worker != 0 {
+		num(&o.PushAttempts, "push-attempts", "PUSH_ATTEMPTS", "push attempts per message when other writers move the branch")
+		dur(&o.WaitTime, "sqs-wait-time", "SQS_WAIT_TIME", "long-poll wait of each receive (at most 20s)")
+		num(&o.MaxMessages, "sqs-max-messages", "SQS_MAX_MESSAGES", "messages per receive (1 to 10)")
+		num(&o.MaxBatch, "max-batch", "MAX_BATCH", "messages applied together (one commit each, one push) when a backlog waits")
+		dur(&o.VisibilityTimeout, "sqs-visibility-timeout", "SQS_VISIBILITY_TIMEOUT", "visibility timeout of received messages")
+		dur(&o.RetryDelay, "retry-delay", "RETRY_DELAY", "first redelivery delay after a transient failure; doubles per receive")
+		dur(&o.MaxRetryDelay, "max-retry-delay", "MAX_RETRY_DELAY", "longest redelivery delay")
+		dur(&o.ShutdownGrace, "shutdown-grace", "SHUTDOWN_GRACE", "time to finish the message in hand on SIGTERM")
+		dur(&o.QueueStatsEvery, "queue-stats-interval", "QUEUE_STATS_INTERVAL", "how often queue and dead-letter depths are read for metrics")
+	}
+	if groups&Worker != 0 {
+		num(&o.RunHistory, "run-history", "RUN_HISTORY", "finished runs kept for the status page and /api/runs")
+		str(&o.HTTPAddr, "http-addr", "HTTP_ADDR", "address serving the status page, /api/runs, /metrics, /healthz and /readyz")
+		str(&o.LogLevel, "log-level", "LOG_LEVEL", "debug, info, warn or error")
+		str(&o.LogFormat, "log-format", "LOG_FORMAT", "json or console")
+	}
 }
 
 // EnvNames lists every environment variable the worker reads for its
-// settings, in flag order (GIT_TOKEN last). Deploy files are checked
+// settings, in flag order. Deploy files are checked
 // against it.
 func EnvNames() []string {
 	var names []string
@@ -153,7 +179,10 @@ func EnvNames() []string {
 }
 
 // Validate reports every problem at once.
-func (o *Options) Validate() error {
+func (o *Options) Validate() error { return o.ValidateGroups(Queues | Git | Worker) }
+
+// ValidateGroups checks the settings of groups, as Validate does.
+func (o *Options) ValidateGroups(groups Group) error {
 	errs := append([]error{}, o.envErrs...)
 	need := func(v, name string) {
 		if strings.TrimSpace(v) == "" {
@@ -166,7 +195,9 @@ func (o *Options) Validate() error {
 	need(o.GitBranch, "GIT_BRANCH")
 	need(o.GitAuthorName, "GIT_AUTHOR_NAME")
 	need(o.GitAuthorEmail, "GIT_AUTHOR_EMAIL")
-	if o.GitRepoURL == "" {
+	if groups&Git == 0 {
+		// Not this command's business.
+	} else if o.GitRepoURL == "" {
 		errs = append(errs, errors.New("GIT_REPO_URL is required"))
 	} else if u, err := url.Parse(o.GitRepoURL); err != nil {
 		errs = append(errs, errors.New("GIT_REPO_URL is not a URL"))

@@ -1,0 +1,118 @@
+package cli
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/tenant-worker/tenant-worker/internal/config"
+	"github.com/tenant-worker/tenant-worker/internal/gitops"
+	"github.com/tenant-worker/tenant-worker/internal/gitrepo"
+	"github.com/tenant-worker/tenant-worker/internal/metrics"
+	"github.com/tenant-worker/tenant-worker/internal/pipeline"
+	"github.com/tenant-worker/tenant-worker/internal/progress"
+	"github.com/tenant-worker/tenant-worker/internal/reject"
+)
+
+func planCmd(args []string, stdout, stderr io.Writer, getenv func(string) string) int {
+	fs := flag.NewFlagSet("plan", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	opts := config.Default()
+	opts.BindGroups(fs, getenv, config.Git)
+	var req requestFlags
+	req.bind(fs)
+	fs.Usage = func() {
+		fs.SetOutput(stdout)
+		fmt.Fprintf(stdout, `Usage: tenant-worker plan onboarding|offboarding|deployment [flags]
+
+Run the worker's pipeline on a message without pushing: clone the branch,
+render the change, commit it in memory and check it the way Flux will read
+it (kustomize build, HelmRelease decoding), then print the diff it would
+push. Exit 0 with a diff or "nothing to change", 1 if the worker would
+refuse the message (the reason is printed), 2 for bad flags.
+
+Example:
+  tenant-worker plan onboarding --tenant-id tenant-1 --tier premium --release 0.0
+
+Flags:
+`)
+		fs.PrintDefaults()
+	}
+	code, done := parse(fs, args)
+	if done {
+		return code
+	}
+	kind, err := kindArg(fs)
+	if err != nil {
+		fmt.Fprintf(stderr, "tenant-worker plan: %v\n", err)
+		return 2
+	}
+	_, request, err := req.message(kind)
+	if err != nil {
+		fmt.Fprintf(stderr, "tenant-worker plan: the worker would refuse this message: %v\n", err)
+		return 1
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	line := progress.New(stderr)
+	repo, code := openRepo(ctx, "plan", opts, line, stderr)
+	if repo == nil {
+		return code
+	}
+	p := pipeline.New(repo, pipeline.Options{
+		Layout: gitops.Layout{Root: opts.GitopsRoot}, DryRun: true, MaxAttempts: 1,
+		OnStep: func(_ []pipeline.Job, step string) { line.Show("%s", step) },
+	}, metrics.New(prometheus.NewRegistry()))
+	res := p.ApplyOne(ctx, request)
+	line.Clear()
+	if res.Err != nil {
+		if r, ok := reject.As(res.Err); ok {
+			fmt.Fprintf(stderr, "tenant-worker plan: the worker would refuse this message: %s: %v\n", r.Reason, r.Err)
+			return 1
+		}
+		fmt.Fprintf(stderr, "tenant-worker plan: %v\n", res.Err)
+		return 1
+	}
+	if !res.Applied {
+		fmt.Fprintf(stdout, "nothing to change: %s is already carried out on %s (%s)\n", res.Message, opts.GitBranch, repo.Head())
+		return 0
+	}
+	diff, err := repo.Diff(repo.Head(), res.Commit)
+	if err != nil {
+		fmt.Fprintf(stderr, "tenant-worker plan: %v\n", err)
+		return 1
+	}
+	fmt.Fprintf(stdout, "# %s\n# on %s at %s; nothing was pushed\n%s", res.Message, opts.GitBranch, repo.Head(), diff)
+	return 0
+}
+
+// openRepo validates the git settings and clones the branch, showing
+// progress. It returns nil and an exit code on failure.
+func openRepo(ctx context.Context, cmd string, opts config.Options, line *progress.Line, stderr io.Writer) (*gitrepo.Repo, int) {
+	if err := opts.ValidateGroups(config.Git); err != nil {
+		fmt.Fprintf(stderr, "tenant-worker %s: invalid settings:\n%v\n", cmd, err)
+		return nil, 2
+	}
+	token, err := opts.Token()
+	if err != nil {
+		fmt.Fprintf(stderr, "tenant-worker %s: %v\n", cmd, err)
+		return nil, 2
+	}
+	line.Show("cloning %s", opts.GitRepoURL)
+	repo, err := gitrepo.Open(ctx, gitrepo.Options{
+		URL: opts.GitRepoURL, Branch: opts.GitBranch, Username: opts.GitUsername, Token: token, Dir: opts.GitCloneDir,
+		AuthorName: opts.GitAuthorName, AuthorEmail: opts.GitAuthorEmail, Timeout: opts.GitTimeout,
+	})
+	line.Clear()
+	if err != nil {
+		fmt.Fprintf(stderr, "tenant-worker %s: %v\n", cmd, err)
+		return nil, 1
+	}
+	return repo, 0
+}
