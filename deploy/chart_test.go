@@ -26,7 +26,6 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/tenant-worker/tenant-worker/internal/httpserver"
-	"github.com/tenant-worker/tenant-worker/internal/metrics"
 )
 
 const chartDir = "helm/tenant-worker"
@@ -326,47 +325,6 @@ func checkPod(t *testing.T, r *rendered) {
 		r.service.Spec.Ports[0].TargetPort.String() != "http" {
 		t.Errorf("the Service does not reach the pods' http port")
 	}
-}
-
-// checkRuleMetrics fails if a rule uses a metric the worker does not export.
-func checkRuleMetrics(t *testing.T, exprs []string) {
-	t.Helper()
-	rec := &recorder{Registerer: prometheus.NewRegistry()}
-	metrics.New(rec)
-	have := map[string]bool{}
-	for _, name := range rec.names {
-		have[name] = true
-		for _, s := range []string{"_bucket", "_sum", "_count"} {
-			have[name+s] = true
-		}
-	}
-	for _, e := range exprs {
-		for _, name := range regexp.MustCompile(`tenant_worker_[a-z_]+`).FindAllString(e, -1) {
-			if !have[name] {
-				t.Errorf("rule uses %s, which the worker does not export", name)
-			}
-		}
-	}
-}
-
-// recorder notes the name of every metric registered through it.
-type recorder struct {
-	prometheus.Registerer
-	names []string
-}
-
-func (r *recorder) MustRegister(cs ...prometheus.Collector) {
-	fq := regexp.MustCompile(`fqName: "([^"]+)"`)
-	for _, c := range cs {
-		ch := make(chan *prometheus.Desc, 16)
-		go func() { c.Describe(ch); close(ch) }()
-		for d := range ch {
-			if m := fq.FindStringSubmatch(d.String()); m != nil {
-				r.names = append(r.names, m[1])
-			}
-		}
-	}
-	r.Registerer.MustRegister(cs...)
 }
 
 func volume(d *appsv1.Deployment, name string) corev1.Volume {

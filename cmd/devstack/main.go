@@ -19,6 +19,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 
 	"github.com/tenant-worker/tenant-worker/internal/app"
+	wcli "github.com/tenant-worker/tenant-worker/internal/cli"
 	"github.com/tenant-worker/tenant-worker/internal/config"
 	"github.com/tenant-worker/tenant-worker/internal/fauxqs"
 	"github.com/tenant-worker/tenant-worker/internal/gitserver"
@@ -31,7 +32,7 @@ func main() { os.Exit(run()) }
 func run() int {
 	sqsPort := flag.Int("sqs-port", 9324, "port of the local SQS (fauxqs) on 127.0.0.1")
 	gitAddr := flag.String("git-addr", "127.0.0.1:3000", "address of the local git server")
-	httpAddr := flag.String("http-addr", "127.0.0.1:8080", "address of the worker's /metrics, /healthz and /readyz")
+	httpAddr := flag.String("http-addr", "127.0.0.1:8080", "address of the worker's status page, /api/runs, /metrics, /healthz and /readyz")
 	stateDir := flag.String("dir", ".tools/run", "folder for the git server's repositories (emptied at start)")
 	flag.Parse()
 
@@ -52,11 +53,17 @@ func run() int {
 	opts.LogFormat = "console"
 	fs := flag.NewFlagSet("worker", flag.ContinueOnError)
 	opts.Bind(fs, os.Getenv) // LOG_LEVEL, LOG_FORMAT and the rest still apply
+	if opts.ResultsQueue == "" {
+		opts.ResultsQueue = "tenant-worker-results"
+	}
 	urls := map[string]string{}
 	for _, name := range []string{opts.OnboardingQueue, opts.OffboardingQueue, opts.DeploymentQueue} {
-		if urls[name], err = createQueue(ctx, api, faux.Endpoint, name); err != nil {
+		if urls[name], err = createQueue(ctx, api, faux.Endpoint, name, 5); err != nil {
 			return fail(err)
 		}
+	}
+	if _, err := createQueue(ctx, api, faux.Endpoint, opts.ResultsQueue, 0); err != nil {
+		return fail(err)
 	}
 
 	tokenBytes := make([]byte, 16)
@@ -86,36 +93,50 @@ func run() int {
 	if err != nil {
 		return fail(err)
 	}
+	// What the CLI needs, to source in another terminal. The token stays in
+	// a file; only its path is printed.
+	envFile, err := writeCLIEnv(*stateDir, faux.Endpoint, repoURL, token, opts)
+	if err != nil {
+		return fail(err)
+	}
 
 	cli := fmt.Sprintf("AWS_ACCESS_KEY_ID=test AWS_SECRET_ACCESS_KEY=test AWS_DEFAULT_REGION=us-east-1 aws --endpoint-url %s sqs send-message", faux.Endpoint)
 	fmt.Printf(`
 tenant-worker is running against a local SQS (fauxqs, %[1]s) and git server (%[2]s).
 
-Onboard a tenant:
+Status page: http://%[8]s/    (runs, queues, dead letters; JSON at /api/runs)
+
+Onboard a tenant with the CLI, in another terminal, and wait for the outcome:
+  . %[9]s
+  bin/tenant-worker send onboarding --tenant-id tenant-1 --tier premium --release 0.0 --wait
+  bin/tenant-worker send onboarding --tenant-id tenant-2 --tier gold --release 0.0 --wait   # refused: says why
+  bin/tenant-worker tenants
+  bin/tenant-worker plan deployment --tier basic --release 1.0                                # the diff, nothing pushed
+
+Or exactly as the platform sends them today:
   %[3]s --queue-url %[4]s --message-body '{"tenant_id":"tenant-1","tenant_tier":"premium","release_version":"0.0"}'
-
-See the commit it pushed:
-  git --git-dir %[5]s log --stat -1 main
-
-Deploy version 1.0 to the basic tier, offboard the tenant:
   %[3]s --queue-url %[6]s --message-body '{"tenant_tier":"basic","release_version":"1.0"}'
   %[3]s --queue-url %[7]s --message-body '{"tenant_id":"tenant-1","tenant_tier":"premium"}'
+
+See the commits it pushed:
+  git --git-dir %[5]s log --stat -3 main
 
 Metrics: http://%[8]s/metrics    Stop: Ctrl-C
 
 `, faux.Endpoint, git.URL, cli, urls[opts.OnboardingQueue], git.RepoPath("gitops.git"),
-		urls[opts.DeploymentQueue], urls[opts.OffboardingQueue], ln.Addr())
+		urls[opts.DeploymentQueue], urls[opts.OffboardingQueue], ln.Addr(), envFile)
 
-	if err := app.Run(ctx, app.Config{Options: opts, Token: token, Logger: log, Listener: ln, SQS: api}); err != nil {
+	if err := app.Run(ctx, app.Config{Options: opts, Token: token, Logger: log, Listener: ln, SQS: api, Version: wcli.Version()}); err != nil {
 		return fail(err)
 	}
 	return 0
 }
 
-// createQueue makes name and name-dlq, with a redrive policy between them,
-// and returns the queue's URL in the form easiest to paste.
-func createQueue(ctx context.Context, api *sqs.Client, endpoint, name string) (string, error) {
-	q, _, err := fauxqs.CreateQueue(ctx, api, name, fauxqs.QueueOptions{MaxReceiveCount: 5})
+// createQueue makes name (and, with maxReceives, name-dlq with a redrive
+// policy between them) and returns the queue's URL in the form easiest to
+// paste.
+func createQueue(ctx context.Context, api *sqs.Client, endpoint, name string, maxReceives int) (string, error) {
+	q, _, err := fauxqs.CreateQueue(ctx, api, name, fauxqs.QueueOptions{MaxReceiveCount: maxReceives})
 	if err != nil {
 		return "", err
 	}
@@ -126,6 +147,28 @@ func createQueue(ctx context.Context, api *sqs.Client, endpoint, name string) (s
 		return "", fmt.Errorf("queue URL of %s: %w", name, err)
 	}
 	return endpoint + u.Path, nil
+}
+
+// writeCLIEnv writes a file to source before running the CLI against this
+// stack, and the token file it names; it returns the env file's path.
+func writeCLIEnv(dir, endpoint, repoURL, token string, o config.Options) (string, error) {
+	abs, err := filepath.Abs(dir)
+	if err != nil {
+		return "", err
+	}
+	tokenFile := filepath.Join(abs, "git-token")
+	if err := os.WriteFile(tokenFile, []byte(token+"\n"), 0o600); err != nil {
+		return "", err
+	}
+	env := fmt.Sprintf(`# Source this file to point tenant-worker's CLI at the make run stack.
+export AWS_REGION=us-east-1 AWS_ACCESS_KEY_ID=test AWS_SECRET_ACCESS_KEY=test
+export AWS_ENDPOINT_URL_SQS=%s
+export ONBOARDING_QUEUE=%s OFFBOARDING_QUEUE=%s DEPLOYMENT_QUEUE=%s RESULTS_QUEUE=%s
+export GIT_REPO_URL=%s GIT_BRANCH=%s GITOPS_ROOT=%s GIT_TOKEN_FILE=%s
+`, endpoint, o.OnboardingQueue, o.OffboardingQueue, o.DeploymentQueue, o.ResultsQueue,
+		repoURL, o.GitBranch, o.GitopsRoot, tokenFile)
+	path := filepath.Join(abs, "env")
+	return path, os.WriteFile(path, []byte(env), 0o600)
 }
 
 func fail(err error) int {
