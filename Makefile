@@ -56,6 +56,7 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzDecode$$' -fuzztime $(FUZZTIME) ./internal/message/
 	$(GO) test -run '^$$' -fuzz '^FuzzValidateTenantID$$' -fuzztime $(FUZZTIME) ./internal/message/
 	$(GO) test -run '^$$' -fuzz '^FuzzEdit$$' -fuzztime $(FUZZTIME) ./internal/kustomization/
+	$(GO) test -run '^$$' -fuzz '^FuzzListItem$$' -fuzztime $(FUZZTIME) ./internal/kustomization/
 
 vet:
 	$(GO) vet ./...

@@ -169,6 +169,15 @@ func (w *worker) stop() {
 	case <-time.After(20 * time.Second):
 		_ = w.cmd.Process.Kill()
 	}
+	if name := os.Getenv("BENCH_WORKER_LOG"); name != "" {
+		f, err := os.OpenFile(name, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
+		if err == nil {
+			w.mu.Lock()
+			_, _ = f.Write(w.logs.Bytes())
+			w.mu.Unlock()
+			_ = f.Close()
+		}
+	}
 }
 
 func startWorker(binary, repoURL, endpoint string, queues []string) (*worker, error) {
@@ -181,7 +190,8 @@ func startWorker(binary, repoURL, endpoint string, queues []string) (*worker, er
 		"GIT_REPO_URL=" + repoURL, "HTTP_ADDR=127.0.0.1:0", "SQS_WAIT_TIME=20s",
 	}
 	if os.Getenv("BENCH_WORKER_LOG") != "" {
-		// The per-batch step durations are logged at debug level.
+		// The per-batch step durations are logged at debug level; stop
+		// appends the log to the file BENCH_WORKER_LOG names.
 		w.cmd.Env = append(w.cmd.Env, "LOG_LEVEL=debug")
 	}
 	w.cmd.Stdout, w.cmd.Stderr = w, w

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"maps"
 
 	"github.com/go-git/go-git/v5/plumbing"
 	"github.com/go-git/go-git/v5/plumbing/format/packfile"
@@ -19,36 +20,44 @@ const maxTracked = 100_000
 
 // track remembers the objects written for commit, so that a push can send
 // exactly these instead of walking the history to find them.
-func (r *Repo) track(commit plumbing.Hash, parent plumbing.Hash, objects []plumbing.Hash) {
+func (r *Repo) track(commit plumbing.Hash, parent plumbing.Hash, objects objectLog) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.written == nil || r.trackedCount > maxTracked {
 		r.written, r.trackedCount = map[plumbing.Hash]written{}, 0
 	}
-	r.written[commit] = written{parent: parent, objects: append(objects, commit)}
-	r.trackedCount += len(objects) + 1
+	r.written[commit] = written{parent: parent, objects: append(objects.hashes, commit), bases: objects.bases}
+	r.trackedCount += len(objects.hashes) + 1
 }
 
 type written struct {
 	parent  plumbing.Hash
 	objects []plumbing.Hash
+	bases   map[plumbing.Hash]plumbing.Hash // new tree -> the tree it replaces
 }
 
 // newObjects lists the objects of the commits from parent (excluded) to
-// tip, or false when one of them was not written by this Repo.
-func (r *Repo) newObjects(parent, tip plumbing.Hash) ([]plumbing.Hash, bool) {
+// tip, oldest commit first, with the delta bases of their trees, or false
+// when one of them was not written by this Repo.
+func (r *Repo) newObjects(parent, tip plumbing.Hash) ([]plumbing.Hash, map[plumbing.Hash]plumbing.Hash, bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	var all []plumbing.Hash
+	var chain []written
 	for c := tip; c != parent; {
 		w, ok := r.written[c]
 		if !ok {
-			return nil, false
+			return nil, nil, false
 		}
-		all = append(all, w.objects...)
+		chain = append(chain, w)
 		c = w.parent
 	}
-	return all, true
+	var all []plumbing.Hash
+	bases := map[plumbing.Hash]plumbing.Hash{}
+	for i := len(chain) - 1; i >= 0; i-- {
+		all = append(all, chain[i].objects...)
+		maps.Copy(bases, chain[i].bases)
+	}
+	return all, bases, true
 }
 
 // Push makes commit the remote branch, provided the branch is still at
@@ -58,11 +67,11 @@ func (r *Repo) newObjects(parent, tip plumbing.Hash) ([]plumbing.Hash, bool) {
 func (r *Repo) Push(ctx context.Context, parent, commit plumbing.Hash) error {
 	ctx, cancel := context.WithTimeout(ctx, r.opts.Timeout)
 	defer cancel()
-	hashes, ok := r.newObjects(parent, commit)
+	hashes, bases, ok := r.newObjects(parent, commit)
 	if !ok || r.opts.WalkingPush {
 		return r.pushWalking(ctx, parent, commit)
 	}
-	err := r.sendPack(ctx, parent, commit, hashes)
+	err := r.sendPack(ctx, parent, commit, hashes, bases)
 	if err != nil {
 		err = classify("push "+r.opts.URL, err)
 		if !IsConflict(err) {
@@ -89,7 +98,7 @@ func (r *Repo) Push(ctx context.Context, parent, commit plumbing.Hash) error {
 	return r.maybeCompact()
 }
 
-func (r *Repo) sendPack(ctx context.Context, parent, commit plumbing.Hash, hashes []plumbing.Hash) error {
+func (r *Repo) sendPack(ctx context.Context, parent, commit plumbing.Hash, hashes []plumbing.Hash, bases map[plumbing.Hash]plumbing.Hash) error {
 	ep, err := transport.NewEndpoint(r.opts.URL)
 	if err != nil {
 		return err
@@ -144,8 +153,15 @@ func (r *Repo) sendPack(ctx context.Context, parent, commit plumbing.Hash, hashe
 	req.Packfile = rd
 	done := make(chan error, 1)
 	go func() {
-		e := packfile.NewEncoder(wr, r.repo.Storer, !caps.Supports(capability.OFSDelta))
-		if _, err := e.Encode(hashes, 10); err != nil {
+		var err error
+		if caps.Supports(noThin) {
+			// The server wants every delta base in the pack: let go-git
+			// choose deltas among the objects sent.
+			_, err = packfile.NewEncoder(wr, r.repo.Storer, !caps.Supports(capability.OFSDelta)).Encode(hashes, 10)
+		} else {
+			err = writePack(wr, r.repo.Storer, hashes, bases)
+		}
+		if err != nil {
 			done <- wr.CloseWithError(err)
 			return
 		}

@@ -206,7 +206,7 @@ func (r *Repo) Commit(parent plumbing.Hash, files map[string][]byte, msg string)
 		}
 		baseTree, parents = c.TreeHash, []plumbing.Hash{parent}
 	}
-	var objects []plumbing.Hash
+	var objects objectLog
 	tree, err := writeTree(st, baseTree, files, &objects)
 	if err != nil {
 		return plumbing.ZeroHash, fmt.Errorf("write tree: %w", err)

@@ -18,8 +18,9 @@ import (
 // content, nil deletes). Only the trees on changed paths are rewritten, so
 // the cost follows the size of the change, not of the repository. A tree
 // left with no entries is dropped, as git does.
-// The hashes of the objects written are appended to written.
-func writeTree(s storer.EncodedObjectStorer, base plumbing.Hash, files map[string][]byte, written *[]plumbing.Hash) (plumbing.Hash, error) {
+// The objects written are recorded in log, each new tree with the tree it
+// replaces (its delta base in the pack a push sends).
+func writeTree(s storer.EncodedObjectStorer, base plumbing.Hash, files map[string][]byte, log *objectLog) (plumbing.Hash, error) {
 	var entries []object.TreeEntry
 	if !base.IsZero() {
 		t, err := object.GetTree(s, base)
@@ -72,7 +73,7 @@ func writeTree(s storer.EncodedObjectStorer, base plumbing.Hash, files map[strin
 		if err != nil {
 			return plumbing.ZeroHash, err
 		}
-		*written = append(*written, h)
+		log.add(h, plumbing.ZeroHash)
 		mode := filemode.Regular
 		if i, ok := index[name]; ok && entries[i].Mode == filemode.Executable {
 			mode = filemode.Executable
@@ -86,7 +87,7 @@ func writeTree(s storer.EncodedObjectStorer, base plumbing.Hash, files map[strin
 		} else if ok && entries[i].Name != "" {
 			return plumbing.ZeroHash, fmt.Errorf("%s is a file, not a directory", name)
 		}
-		h, err := writeTree(s, subBase, sub, written)
+		h, err := writeTree(s, subBase, sub, log)
 		if err != nil {
 			return plumbing.ZeroHash, err
 		}
@@ -117,9 +118,26 @@ func writeTree(s storer.EncodedObjectStorer, base plumbing.Hash, files map[strin
 	}
 	h, err := s.SetEncodedObject(obj)
 	if err == nil {
-		*written = append(*written, h)
+		log.add(h, base)
 	}
 	return h, err
+}
+
+// objectLog records the objects a commit wrote, and for each new tree the
+// tree it replaces.
+type objectLog struct {
+	hashes []plumbing.Hash
+	bases  map[plumbing.Hash]plumbing.Hash
+}
+
+func (l *objectLog) add(h, base plumbing.Hash) {
+	l.hashes = append(l.hashes, h)
+	if !base.IsZero() && base != h {
+		if l.bases == nil {
+			l.bases = map[plumbing.Hash]plumbing.Hash{}
+		}
+		l.bases[h] = base
+	}
 }
 
 func sortKey(e object.TreeEntry) string {

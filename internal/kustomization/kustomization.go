@@ -5,10 +5,12 @@ package kustomization
 
 import (
 	"bytes"
+	"crypto/sha256"
 	"fmt"
 	"regexp"
 	"slices"
 	"strings"
+	"sync"
 
 	"sigs.k8s.io/yaml"
 )
@@ -16,8 +18,6 @@ import (
 var (
 	resourcesKey   = regexp.MustCompile(`^resources:[ \t]*(#.*)?$`)
 	resourcesEmpty = regexp.MustCompile(`^resources:[ \t]*\[[ \t]*\][ \t]*(#.*)?$`)
-	listItem       = regexp.MustCompile(`^([ \t]*)-[ \t]+(.*?)[ \t]*$`)
-	trailingNote   = regexp.MustCompile(`[ \t]+#.*$`)
 )
 
 // block locates the resources list in a file split into lines.
@@ -29,12 +29,22 @@ type block struct {
 	indent string   // indentation of the items ("  " when there are none)
 }
 
-// Resources returns the entries of the top-level resources list.
+// Resources returns the entries of the top-level resources list. The
+// caller must not modify the slice: the entries of large files are cached.
 func Resources(content []byte) ([]string, error) {
+	if len(content) < cacheFrom {
+		b, err := parse(splitLines(content))
+		return b.values, err
+	}
+	sum := sha256.Sum256(content)
+	if v, ok := parsed.get(sum); ok {
+		return v, nil
+	}
 	b, err := parse(splitLines(content))
 	if err != nil {
 		return nil, err
 	}
+	parsed.put(sum, b.values)
 	return b.values, nil
 }
 
@@ -42,6 +52,41 @@ func Resources(content []byte) ([]string, error) {
 func Contains(content []byte, entry string) (bool, error) {
 	values, err := Resources(content)
 	return slices.Contains(values, entry), err
+}
+
+// cacheFrom is the size from which the entries of a file are cached: the
+// kustomization of a tier with thousands of tenants is read by every
+// message of the tier.
+const cacheFrom = 16 << 10
+
+var parsed = &entryCache{limit: 8}
+
+// entryCache keeps the entries of the last few large files read.
+type entryCache struct {
+	mu    sync.Mutex
+	limit int
+	keys  [][32]byte
+	vals  [][]string
+}
+
+func (c *entryCache) get(sum [32]byte) ([]string, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for i, k := range c.keys {
+		if k == sum {
+			return c.vals[i], true
+		}
+	}
+	return nil, false
+}
+
+func (c *entryCache) put(sum [32]byte, v []string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if len(c.keys) == c.limit {
+		c.keys, c.vals = c.keys[1:], c.vals[1:]
+	}
+	c.keys, c.vals = append(c.keys, sum), append(c.vals, v)
 }
 
 // Add appends entry to the resources list unless it is already there. It
@@ -73,7 +118,23 @@ func Add(content []byte, entry string) ([]byte, bool, error) {
 		lines = append(lines, "resources:\n", item+"\n")
 	}
 	out := []byte(strings.Join(lines, ""))
-	return out, true, verify(out, append(b.values, entry))
+	want := append(b.values, entry)
+	if len(b.items) > 0 && verified.has(content) {
+		// The file was checked as YAML before; the edit adds one line after
+		// its last entry. Checking that line in that context is enough.
+		last := b.items[len(b.items)-1]
+		local := "resources:\n" + strings.TrimRight(lines[last], "\r\n") + "\n" + item + "\n"
+		if err := verify([]byte(local), []string{b.values[len(b.values)-1], entry}); err != nil {
+			return nil, false, err
+		}
+		verified.add(out)
+		return out, true, nil
+	}
+	if err := verify(out, want); err != nil {
+		return nil, false, err
+	}
+	verified.add(out)
+	return out, true, nil
 }
 
 // Remove deletes every occurrence of entry from the resources list. It
@@ -106,7 +167,17 @@ func Filter(content []byte, keep func(entry string) bool) ([]byte, bool, error) 
 		lines = removeLine(lines, drop[i])
 	}
 	out := []byte(strings.Join(lines, ""))
-	return out, true, verify(out, kept)
+	if verified.has(content) {
+		// Whole entry lines left a list checked as YAML before: the rest of
+		// the list, and of the file, means what it meant.
+		verified.add(out)
+		return out, true, nil
+	}
+	if err := verify(out, kept); err != nil {
+		return nil, false, err
+	}
+	verified.add(out)
+	return out, true, nil
 }
 
 func parse(lines []string) (block, error) {
@@ -134,19 +205,56 @@ func parse(lines []string) (block, error) {
 		if trimmed == "" || strings.HasPrefix(trimmed, "#") {
 			continue
 		}
-		m := listItem.FindStringSubmatch(text)
-		if m == nil {
+		indent, value, ok := listItemOf(text)
+		if !ok {
 			break
 		}
 		if len(b.items) == 0 {
-			b.indent = m[1]
-		} else if m[1] != b.indent {
+			b.indent = indent
+		} else if indent != b.indent {
 			break
 		}
 		b.items = append(b.items, i)
-		b.values = append(b.values, unquote(trailingNote.ReplaceAllString(m[2], "")))
+		b.values = append(b.values, unquote(withoutNote(value)))
 	}
 	return b, nil
+}
+
+// listItemOf splits a block-sequence line "<indent>- <value>" (the value
+// without trailing blanks), as the regexp ^([ \t]*)-[ \t]+(.*?)[ \t]*$ would,
+// at a tenth of its cost: a kustomization of 10,000 tenants is read several
+// times per message.
+func listItemOf(text string) (indent, value string, ok bool) {
+	i := 0
+	for i < len(text) && (text[i] == ' ' || text[i] == '\t') {
+		i++
+	}
+	if i >= len(text) || text[i] != '-' {
+		return "", "", false
+	}
+	j := i + 1
+	if j >= len(text) || (text[j] != ' ' && text[j] != '\t') {
+		return "", "", false
+	}
+	for j < len(text) && (text[j] == ' ' || text[j] == '\t') {
+		j++
+	}
+	return text[:i], strings.TrimRight(text[j:], " \t"), true
+}
+
+// withoutNote drops a trailing comment (blanks, then "#" to the end), as
+// the regexp [ \t]+#.*$ would.
+func withoutNote(s string) string {
+	for j := 1; j < len(s); j++ {
+		if s[j] == '#' && (s[j-1] == ' ' || s[j-1] == '\t') {
+			k := j - 1
+			for k > 0 && (s[k-1] == ' ' || s[k-1] == '\t') {
+				k--
+			}
+			return s[:k]
+		}
+	}
+	return s
 }
 
 func unquote(s string) string {
@@ -154,6 +262,48 @@ func unquote(s string) string {
 		return s[1 : len(s)-1]
 	}
 	return s
+}
+
+// verified remembers the files whose resources list the YAML parser
+// confirmed, by content hash. Re-reading a kustomization of 10,000 tenants
+// as YAML costs tens of milliseconds; an edit of a confirmed file only needs
+// its edited lines checked.
+var verified = newHashSet(256)
+
+// hashSet is a bounded set of content hashes, safe for concurrent use; when
+// full, the oldest half is forgotten.
+type hashSet struct {
+	mu    sync.Mutex
+	limit int
+	seen  map[[32]byte]int
+	n     int
+}
+
+func newHashSet(limit int) *hashSet {
+	return &hashSet{limit: limit, seen: map[[32]byte]int{}}
+}
+
+func (h *hashSet) has(content []byte) bool {
+	sum := sha256.Sum256(content)
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	_, ok := h.seen[sum]
+	return ok
+}
+
+func (h *hashSet) add(content []byte) {
+	sum := sha256.Sum256(content)
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.n++
+	h.seen[sum] = h.n
+	if len(h.seen) > h.limit {
+		for k, at := range h.seen {
+			if at <= h.n-h.limit/2 {
+				delete(h.seen, k)
+			}
+		}
+	}
 }
 
 // verify re-reads the edited file as YAML, so a bug in the text editing can
