@@ -17,15 +17,15 @@ const (
 	// compacted.
 	compactEvery = 500
 	// minBytes is the least growth of a memory clone worth compacting.
-	minBytes = 32 << 20
+	minBytes = 16 << 20
 )
 
 // maybeCompact keeps a long-lived clone from growing without bound: every
 // fetch or commit adds objects (at 10,000 tenants a tier's tree alone is
 // 400 KB) and, on disk, a pack file that every later lookup searches. Once
-// enough has accumulated (500 new heads, or in memory as many bytes again as
-// after the last compaction, at least 32 MB), the clone is rebuilt holding only the head commit
-// and its tree. Nothing needs the older objects: pushes send only new
+// enough has accumulated (500 new heads, or in memory half as many bytes
+// again as after the last compaction, at least 16 MB), the clone is rebuilt
+// holding only the head commit and its tree. Nothing needs the older objects: pushes send only new
 // objects, the server negotiates fetches from the head, and the history of
 // message ids is indexed separately.
 func (r *Repo) maybeCompact() error {
@@ -35,7 +35,7 @@ func (r *Repo) maybeCompact() error {
 		every = compactEvery
 	}
 	due := r.heads >= every
-	if ms, ok := r.repo.Storer.(*memory.Storage); ok && memoryBytes(ms) > r.compactedSize+max(r.compactedSize, minBytes) {
+	if ms, ok := r.repo.Storer.(*memory.Storage); ok && memoryBytes(ms) > r.compactedSize+max(r.compactedSize/2, minBytes) {
 		due = true // at 10,000 tenants each commit adds a 400 KB tree
 	}
 	if !due || r.head.IsZero() {
