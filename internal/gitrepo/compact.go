@@ -88,6 +88,7 @@ func (r *Repo) compact() error {
 	}
 	r.mu.Lock()
 	r.written, r.trackedCount = nil, 0
+	r.trees = nil // its trees read from the old storage, and would keep it alive
 	r.mu.Unlock()
 	return nil
 }

@@ -55,6 +55,8 @@ type Repo struct {
 	trackedCount int
 	receiveCaps  *capability.List // the server's receive-pack capabilities
 
+	trees *treeCache // decoded trees, shared by commits and snapshots
+
 	heads         int   // new heads taken in since the last compaction
 	compactEvery  int   // overrides compactEvery (tests)
 	compactedSize int64 // bytes held right after the last compaction (memory)
@@ -177,6 +179,16 @@ func (r *Repo) Fetch(ctx context.Context) (plumbing.Hash, error) {
 	return r.head, nil
 }
 
+// treeCache returns the Repo's cache of decoded trees.
+func (r *Repo) treeCache() *treeCache {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.trees == nil {
+		r.trees = newTreeCache(64)
+	}
+	return r.trees
+}
+
 // Snapshot returns a reader over the tree of commit.
 func (r *Repo) Snapshot(commit plumbing.Hash) (*Snapshot, error) {
 	if commit.IsZero() {
@@ -186,11 +198,11 @@ func (r *Repo) Snapshot(commit plumbing.Hash) (*Snapshot, error) {
 	if err != nil {
 		return nil, fmt.Errorf("read commit %s: %w", commit, err)
 	}
-	t, err := c.Tree()
+	t, err := r.treeCache().get(r.repo.Storer, c.TreeHash)
 	if err != nil {
 		return nil, fmt.Errorf("read tree of %s: %w", commit, err)
 	}
-	return &Snapshot{Commit: commit, tree: t, storer: r.repo}, nil
+	return &Snapshot{Commit: commit, tree: t, storer: r.repo, trees: r.treeCache(), objects: r.repo.Storer}, nil
 }
 
 // Commit writes a commit on top of parent that applies files (path to new
@@ -207,7 +219,7 @@ func (r *Repo) Commit(parent plumbing.Hash, files map[string][]byte, msg string)
 		baseTree, parents = c.TreeHash, []plumbing.Hash{parent}
 	}
 	var objects objectLog
-	tree, err := writeTree(st, baseTree, files, &objects)
+	tree, err := writeTree(st, r.treeCache(), baseTree, files, &objects)
 	if err != nil {
 		return plumbing.ZeroHash, fmt.Errorf("write tree: %w", err)
 	}

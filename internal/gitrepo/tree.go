@@ -20,12 +20,12 @@ import (
 // left with no entries is dropped, as git does.
 // The objects written are recorded in log, each new tree with the tree it
 // replaces (its delta base in the pack a push sends).
-func writeTree(s storer.EncodedObjectStorer, base plumbing.Hash, files map[string][]byte, log *objectLog) (plumbing.Hash, error) {
+func writeTree(s storer.EncodedObjectStorer, trees *treeCache, base plumbing.Hash, files map[string][]byte, log *objectLog) (plumbing.Hash, error) {
 	var entries []object.TreeEntry
 	if !base.IsZero() {
-		t, err := object.GetTree(s, base)
+		t, err := trees.get(s, base)
 		if err != nil {
-			return plumbing.ZeroHash, fmt.Errorf("read tree %s: %w", base, err)
+			return plumbing.ZeroHash, err
 		}
 		entries = append(entries, t.Entries...)
 	}
@@ -87,7 +87,7 @@ func writeTree(s storer.EncodedObjectStorer, base plumbing.Hash, files map[strin
 		} else if ok && entries[i].Name != "" {
 			return plumbing.ZeroHash, fmt.Errorf("%s is a file, not a directory", name)
 		}
-		h, err := writeTree(s, subBase, sub, log)
+		h, err := writeTree(s, trees, subBase, sub, log)
 		if err != nil {
 			return plumbing.ZeroHash, err
 		}
@@ -170,8 +170,10 @@ type Snapshot struct {
 	tree   *object.Tree
 	storer blobReader
 
-	mu    sync.Mutex
-	trees map[string]*object.Tree // decoded subtrees by path
+	mu      sync.Mutex
+	subs    map[string]*object.Tree // subtrees by path
+	trees   *treeCache              // decoded trees by hash, shared with the Repo
+	objects storer.EncodedObjectStorer
 }
 
 // blobReader reads blobs by hash (a *git.Repository).
@@ -237,17 +239,28 @@ func (s *Snapshot) subtree(name string) (*object.Tree, error) {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if t, ok := s.trees[name]; ok {
+	if t, ok := s.subs[name]; ok {
 		return t, nil
 	}
-	t, err := s.tree.Tree(name)
-	if err != nil {
-		return nil, notExist(name)
+	t := s.tree
+	for _, part := range strings.Split(name, "/") {
+		e, err := t.FindEntry(part)
+		if err != nil || e.Mode != filemode.Dir {
+			return nil, notExist(name)
+		}
+		if s.trees != nil {
+			t, err = s.trees.get(s.objects, e.Hash)
+		} else {
+			t, err = t.Tree(part)
+		}
+		if err != nil {
+			return nil, notExist(name)
+		}
 	}
-	if s.trees == nil {
-		s.trees = map[string]*object.Tree{}
+	if s.subs == nil {
+		s.subs = map[string]*object.Tree{}
 	}
-	s.trees[name] = t
+	s.subs[name] = t
 	return t, nil
 }
 

@@ -32,20 +32,8 @@ type block struct {
 // Resources returns the entries of the top-level resources list. The
 // caller must not modify the slice: the entries of large files are cached.
 func Resources(content []byte) ([]string, error) {
-	if len(content) < cacheFrom {
-		b, err := parse(splitLines(content))
-		return b.values, err
-	}
-	sum := sha256.Sum256(content)
-	if v, ok := parsed.get(sum); ok {
-		return v, nil
-	}
-	b, err := parse(splitLines(content))
-	if err != nil {
-		return nil, err
-	}
-	parsed.put(sum, b.values)
-	return b.values, nil
+	p, err := read(content)
+	return p.block.values, err
 }
 
 // Contains reports whether entry is in the resources list.
@@ -59,17 +47,57 @@ func Contains(content []byte, entry string) (bool, error) {
 // message of the tier.
 const cacheFrom = 16 << 10
 
-var parsed = &entryCache{limit: 8}
+var parsed = &parseCache{limit: 8}
 
-// entryCache keeps the entries of the last few large files read.
-type entryCache struct {
+// parsedFile is a file split into lines and its resources list. Cached
+// values are shared: callers that edit must copy (see edit).
+type parsedFile struct {
+	lines []string
+	block block
+}
+
+// read splits and parses content, from the cache for large files.
+func read(content []byte) (parsedFile, error) {
+	if len(content) < cacheFrom {
+		lines := splitLines(content)
+		b, err := parse(lines)
+		return parsedFile{lines, b}, err
+	}
+	sum := sha256.Sum256(content)
+	if p, ok := parsed.get(sum); ok {
+		return p, nil
+	}
+	lines := splitLines(content)
+	b, err := parse(lines)
+	if err != nil {
+		return parsedFile{}, err
+	}
+	p := parsedFile{lines, b}
+	parsed.put(sum, p)
+	return p, nil
+}
+
+// edit is read for a caller that changes the lines or the entries: its
+// copy shares nothing with the cache.
+func edit(content []byte) ([]string, block, error) {
+	p, err := read(content)
+	if err != nil {
+		return nil, block{}, err
+	}
+	b := p.block
+	b.items, b.values = slices.Clone(b.items), slices.Clone(b.values)
+	return slices.Clone(p.lines), b, nil
+}
+
+// parseCache keeps the last few large files read.
+type parseCache struct {
 	mu    sync.Mutex
 	limit int
 	keys  [][32]byte
-	vals  [][]string
+	vals  []parsedFile
 }
 
-func (c *entryCache) get(sum [32]byte) ([]string, bool) {
+func (c *parseCache) get(sum [32]byte) (parsedFile, bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	for i, k := range c.keys {
@@ -77,10 +105,10 @@ func (c *entryCache) get(sum [32]byte) ([]string, bool) {
 			return c.vals[i], true
 		}
 	}
-	return nil, false
+	return parsedFile{}, false
 }
 
-func (c *entryCache) put(sum [32]byte, v []string) {
+func (c *parseCache) put(sum [32]byte, v parsedFile) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if len(c.keys) == c.limit {
@@ -92,8 +120,7 @@ func (c *entryCache) put(sum [32]byte, v []string) {
 // Add appends entry to the resources list unless it is already there. It
 // reports whether the content changed.
 func Add(content []byte, entry string) ([]byte, bool, error) {
-	lines := splitLines(content)
-	b, err := parse(lines)
+	lines, b, err := edit(content)
 	if err != nil {
 		return nil, false, err
 	}
@@ -146,8 +173,7 @@ func Remove(content []byte, entry string) ([]byte, bool, error) {
 // Filter keeps the entries of the resources list for which keep is true, in
 // one pass. It reports whether the content changed.
 func Filter(content []byte, keep func(entry string) bool) ([]byte, bool, error) {
-	lines := splitLines(content)
-	b, err := parse(lines)
+	lines, b, err := edit(content)
 	if err != nil {
 		return nil, false, err
 	}

@@ -142,29 +142,18 @@ func collect(src Indexer, dir string, files *[]resourceFile, kusts *[]string) er
 // changed entries and a few others, so it still judges the kustomizations
 // themselves and every new resource.
 func (c *Checker) buildLarge(src Indexer, dir string, changed []string, files []resourceFile, kusts []string) error {
-	owner := map[string]string{}
-	for _, f := range files {
-		fileIDs, err := c.ids.get(src, f)
-		if err != nil {
-			return fmt.Errorf("kustomize build %s: %w", dir, err)
-		}
-		for _, id := range fileIDs {
-			if other, dup := owner[id]; dup {
-				return fmt.Errorf("kustomize build %s: may not add resource with an already registered id: %s (in %s and %s)",
-					dir, strings.ReplaceAll(id, "|", " "), other, f.path)
-			}
-			owner[id] = f.path
-		}
+	idx := c.dupIndexFor(dir)
+	idx.mu.Lock()
+	defer idx.mu.Unlock()
+	if err := idx.update(c, src, dir, files); err != nil {
+		return err
 	}
 
 	isChanged := map[string]bool{}
 	for _, p := range changed {
 		isChanged[p] = true
 	}
-	isFile := make(map[string]bool, len(files))
-	for _, f := range files {
-		isFile[f.path] = true
-	}
+	isFile := func(p string) bool { _, ok := idx.files[p]; return ok } // idx now holds exactly files
 	fsys := filesys.MakeFsInMemory()
 	kept := map[string]bool{}
 	for _, k := range kusts {
@@ -176,7 +165,7 @@ func (c *Checker) buildLarge(src Indexer, dir string, changed []string, files []
 		n := 0
 		pruned, _, err := kustomization.Filter(content, func(e string) bool {
 			p := path.Join(kdir, e)
-			if !isFile[p] || isChanged[p] {
+			if !isFile(p) || isChanged[p] {
 				kept[p] = true
 				return true // directories and changed files stay
 			}

@@ -110,3 +110,41 @@ func BenchmarkCheckLarge(b *testing.B) {
 		})
 	}
 }
+
+// TestDuplicateIndexAcrossChecks: one Checker sees a folder change over
+// successive trees, as the worker does; its kept index must judge each
+// tree as a fresh check would.
+func TestDuplicateIndexAcrossChecks(t *testing.T) {
+	kpath := root + "/tenants/premium/kustomization.yaml"
+	c := NewChecker(gitops.Layout{Root: root})
+	m := large(t, fullBuildLimit+10)
+	check := func(step string, m fstest.MapFS, wantErr string) {
+		t.Helper()
+		err := c.CheckDirs(indexFS{gitops.FS{FS: m}, m}, []string{kpath})
+		fresh := NewChecker(gitops.Layout{Root: root}).CheckDirs(indexFS{gitops.FS{FS: m}, m}, []string{kpath})
+		if (err == nil) != (fresh == nil) {
+			t.Fatalf("%s: kept index says %v, a fresh check %v", step, err, fresh)
+		}
+		if wantErr == "" && err != nil || wantErr != "" && (err == nil || !strings.Contains(err.Error(), wantErr)) {
+			t.Fatalf("%s: %v, want %q", step, err, wantErr)
+		}
+	}
+	check("start", m, "")
+	// seed-3's resources copied into a new file: a duplicate, refused.
+	dup := root + "/tenants/premium/copy.yaml"
+	m[dup] = &fstest.MapFile{Data: m[root+"/tenants/premium/seed-3.yaml"].Data}
+	m[kpath].Data = append(m[kpath].Data, "\n  - copy.yaml"...)
+	check("duplicate", m, "already registered id")
+	check("duplicate again", m, "already registered id")
+	// seed-3 removed: the copy now owns its ids.
+	m[kpath].Data = []byte(strings.Replace(string(m[kpath].Data), "\n  - seed-3.yaml", "", 1))
+	delete(m, root+"/tenants/premium/seed-3.yaml")
+	check("moved", m, "")
+	// seed-3 back, with other content: no clash.
+	m[root+"/tenants/premium/seed-3.yaml"] = &fstest.MapFile{Data: []byte(tenant(t, m, "premium", "seed-3b"))}
+	m[kpath].Data = append(m[kpath].Data, "\n  - seed-3.yaml"...)
+	check("re-added", m, "")
+	// The copy changed to clash with seed-5.
+	m[dup].Data = m[root+"/tenants/premium/seed-5.yaml"].Data
+	check("changed into a duplicate", m, "already registered id")
+}

@@ -50,6 +50,7 @@ type Checker struct {
 	built map[string]error // dir@hash -> build result
 	order []string
 	ids   ids
+	dups  map[string]*dupIndex // by folder
 }
 
 // NewChecker returns a Checker for layout.
