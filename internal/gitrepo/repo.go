@@ -184,7 +184,7 @@ func (r *Repo) treeCache() *treeCache {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.trees == nil {
-		r.trees = newTreeCache(64)
+		r.trees = newTreeCache(8)
 	}
 	return r.trees
 }
