@@ -33,8 +33,10 @@ type Indexer interface {
 const fullBuildLimit = 64
 
 // contextEntries is how many unchanged entries of each kustomization stay in
-// the pruned build, so kustomize still sees each list's shared resources.
-const contextEntries = 20
+// the pruned build, so kustomize still sees each list's shared resources
+// (the tiers list dummy-configmap.yaml first). Each one costs kustomize
+// time on every check.
+const contextEntries = 4
 
 // errUnsupported sends a tree the scalable check cannot follow (remote
 // bases, paths outside a folder) to a full kustomize build.
