@@ -28,6 +28,38 @@ func chromium(t *testing.T) string {
 	return ""
 }
 
+// browser starts headless Chromium and returns a context for it, ended
+// with the test. A Chromium that crashes while starting (seen now and then
+// on a loaded machine, before any page is loaded) is started again, up to
+// three times.
+func browser(t *testing.T, exe string) context.Context {
+	t.Helper()
+	var err error
+	for attempt := 1; attempt <= 3; attempt++ {
+		opts := append(chromedp.DefaultExecAllocatorOptions[:],
+			chromedp.ExecPath(exe), chromedp.NoSandbox, chromedp.DisableGPU, chromedp.UserDataDir(t.TempDir()),
+			chromedp.Flag("disable-quic", true), chromedp.Flag("disable-component-update", true),
+			chromedp.Flag("disable-dev-shm-usage", true), chromedp.WindowSize(1400, 900))
+		actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
+		ctx, cancel := chromedp.NewContext(actx)
+		// The first action starts the browser.
+		if _, err = chromedp.Run(ctx, chromedp.Func(func(context.Context, *chromedp.Target) error { return nil })); err == nil {
+			t.Cleanup(func() { cancel(); cancelAlloc() })
+			return ctx
+		}
+		cancel()
+		cancelAlloc()
+		t.Logf("Chromium did not start (attempt %d): %v", attempt, firstLine(err.Error()))
+	}
+	t.Fatalf("Chromium did not start: %v", err)
+	return nil
+}
+
+func firstLine(s string) string {
+	first, _, _ := strings.Cut(s, "\n")
+	return first
+}
+
 // TestStatusPageInBrowser loads the status page in headless Chromium with
 // JavaScript disabled while the worker processes messages, and checks that
 // the table fills in by itself (the page refreshes without scripts): the
@@ -38,14 +70,7 @@ func TestStatusPageInBrowser(t *testing.T) {
 	h := newHarness(t, true)
 	h.start()
 
-	opts := append(chromedp.DefaultExecAllocatorOptions[:],
-		chromedp.ExecPath(exe), chromedp.NoSandbox, chromedp.DisableGPU, chromedp.UserDataDir(t.TempDir()),
-		chromedp.Flag("disable-quic", true), chromedp.Flag("disable-component-update", true),
-		chromedp.WindowSize(1400, 900))
-	actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
-	defer cancelAlloc()
-	ctx, cancel := chromedp.NewContext(actx)
-	defer cancel()
+	ctx := browser(t, exe)
 	ctx, cancelTimeout := context.WithTimeout(ctx, 90*time.Second)
 	defer cancelTimeout()
 
