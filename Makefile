@@ -57,6 +57,7 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzValidateTenantID$$' -fuzztime $(FUZZTIME) ./internal/message/
 	$(GO) test -run '^$$' -fuzz '^FuzzEdit$$' -fuzztime $(FUZZTIME) ./internal/kustomization/
 	$(GO) test -run '^$$' -fuzz '^FuzzListItem$$' -fuzztime $(FUZZTIME) ./internal/kustomization/
+	$(GO) test -run '^$$' -fuzz '^FuzzFilter$$' -fuzztime $(FUZZTIME) ./internal/kustomization/
 
 vet:
 	$(GO) vet ./...

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"regexp"
 	"slices"
+	"strings"
 	"testing"
 )
 
@@ -76,4 +77,50 @@ func TestEditsOfCheckedFiles(t *testing.T) {
 			t.Fatalf("edit %d: %v\n%s", i, err, content)
 		}
 	}
+}
+
+// The line-by-line removal Filter used to do, kept as its oracle.
+// removeLine deletes line i; when it was the last line and had no newline,
+// the line before loses its newline, so the file keeps its final-newline style.
+func removeLine(lines []string, i int) []string {
+	if i == len(lines)-1 && lineEnding(lines[i]) == "" && i > 0 {
+		lines[i-1] = strings.TrimRight(lines[i-1], "\r\n")
+	}
+	return slices.Delete(lines, i, i+1)
+}
+
+// FuzzFilter: Filter gives the same bytes as removing the dropped entries'
+// lines one by one from the end.
+func FuzzFilter(f *testing.F) {
+	f.Add([]byte("kind: K\nresources:\n  - a.yaml\n  - b.yaml\n  - c.yaml"), byte(2))
+	f.Add([]byte("resources:\r\n- a # x\r\n\r\n- b\r\n"), byte(1))
+	f.Fuzz(func(t *testing.T, content []byte, mask byte) {
+		lines := splitLines(content)
+		b, err := parse(lines)
+		if err != nil || len(b.values) == 0 {
+			return
+		}
+		keep := func(i int) bool { return mask&(1<<(i%8)) != 0 }
+		var drop []int
+		for i := range b.values {
+			if !keep(i) {
+				drop = append(drop, b.items[i])
+			}
+		}
+		for i := len(drop) - 1; i >= 0; i-- {
+			lines = removeLine(lines, drop[i])
+		}
+		want := strings.Join(lines, "")
+		n := 0
+		got, _, err := Filter(content, func(string) bool { n++; return keep(n - 1) })
+		if err != nil {
+			return // Filter verifies its output; refusing is allowed
+		}
+		if len(drop) == 0 {
+			want = string(content)
+		}
+		if string(got) != want {
+			t.Fatalf("Filter gives %q, line removal %q", got, want)
+		}
+	})
 }

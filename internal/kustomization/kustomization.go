@@ -173,26 +173,48 @@ func Remove(content []byte, entry string) ([]byte, bool, error) {
 // Filter keeps the entries of the resources list for which keep is true, in
 // one pass. It reports whether the content changed.
 func Filter(content []byte, keep func(entry string) bool) ([]byte, bool, error) {
-	lines, b, err := edit(content)
+	p, err := read(content)
 	if err != nil {
 		return nil, false, err
 	}
-	var drop []int
+	drop := make([]bool, len(p.lines))
+	dropped := 0
 	var kept []string
-	for i, v := range b.values {
+	for i, v := range p.block.values {
 		if keep(v) {
 			kept = append(kept, v)
 		} else {
-			drop = append(drop, b.items[i])
+			drop[p.block.items[i]] = true
+			dropped++
 		}
 	}
-	if len(drop) == 0 {
+	if dropped == 0 {
 		return content, false, nil
 	}
-	for i := len(drop) - 1; i >= 0; i-- {
-		lines = removeLine(lines, drop[i])
+	last := len(p.lines) - 1
+	lastKept := -1
+	if drop[last] && lineEnding(p.lines[last]) == "" {
+		// The file had no final newline: the line that is now last loses
+		// its own, so it still has none.
+		for i := last; i >= 0; i-- {
+			if !drop[i] {
+				lastKept = i
+				break
+			}
+		}
 	}
-	out := []byte(strings.Join(lines, ""))
+	var sb strings.Builder
+	for i, l := range p.lines {
+		switch {
+		case drop[i]:
+		case i == lastKept:
+			sb.WriteString(strings.TrimRight(l, "\r\n"))
+		default:
+			sb.WriteString(l)
+		}
+	}
+	text := sb.String()
+	out := []byte(text)
 	if verified.has(content) {
 		// Whole entry lines left a list checked as YAML before: the rest of
 		// the list, and of the file, means what it meant.
@@ -384,11 +406,3 @@ func insertAfter(lines []string, i int, text string) []string {
 	return slices.Insert(lines, i+1, text+nl)
 }
 
-// removeLine deletes line i; when it was the last line and had no newline,
-// the line before loses its newline, so the file keeps its final-newline style.
-func removeLine(lines []string, i int) []string {
-	if i == len(lines)-1 && lineEnding(lines[i]) == "" && i > 0 {
-		lines[i-1] = strings.TrimRight(lines[i-1], "\r\n")
-	}
-	return slices.Delete(lines, i, i+1)
-}

@@ -126,7 +126,8 @@ func collect(src Indexer, dir string, files *[]resourceFile, kusts *[]string) er
 			return errUnsupported
 		}
 		if h, ok := present[e]; ok {
-			*files = append(*files, resourceFile{path: path.Join(dir, e), hash: h})
+			// e has no "/" or ".." (checked above): a plain join is path.Join.
+			*files = append(*files, resourceFile{path: dir + "/" + e, hash: h})
 		} else if slices.Contains(dirs, e) {
 			if err := collect(src, path.Join(dir, e), files, kusts); err != nil {
 				return err
@@ -166,7 +167,7 @@ func (c *Checker) buildLarge(src Indexer, dir string, changed []string, files []
 		kdir := path.Dir(k)
 		n := 0
 		pruned, _, err := kustomization.Filter(content, func(e string) bool {
-			p := path.Join(kdir, e)
+			p := kdir + "/" + e // a listed name without "/" (collect checked)
 			if !isFile(p) || isChanged[p] {
 				kept[p] = true
 				return true // directories and changed files stay
