@@ -405,4 +405,3 @@ func insertAfter(lines []string, i int, text string) []string {
 	}
 	return slices.Insert(lines, i+1, text+nl)
 }
-
