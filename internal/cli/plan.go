@@ -44,14 +44,9 @@ Flags:
 `)
 		fs.PrintDefaults()
 	}
-	code, done := parse(fs, args)
+	kind, code, done := parseKind(fs, args, stderr)
 	if done {
 		return code
-	}
-	kind, err := kindArg(fs)
-	if err != nil {
-		fmt.Fprintf(stderr, "tenant-worker plan: %v\n", err)
-		return 2
 	}
 	_, request, err := req.message(kind)
 	if err != nil {

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
+	"io"
 	"slices"
 
 	"github.com/tenant-worker/tenant-worker/internal/message"
@@ -20,6 +21,20 @@ func (r *requestFlags) bind(fs *flag.FlagSet) {
 	fs.StringVar(&r.tier, "tier", "", "tier: premium, advanced, basic (or silo, hybrid, pool) or any tier of the repository")
 	fs.StringVar(&r.release, "release", "", "release version, MAJOR.MINOR (onboarding, deployment)")
 	fs.StringVar(&r.body, "body", "", "the message body as JSON, instead of the three flags above")
+}
+
+// parseKind parses a command's flags and its one argument, the kind of
+// message; done is true when the command must return code.
+func parseKind(fs *flag.FlagSet, args []string, stderr io.Writer) (kind message.Kind, code int, done bool) {
+	if code, done := parse(fs, args); done {
+		return "", code, true
+	}
+	kind, err := kindArg(fs)
+	if err != nil {
+		fmt.Fprintf(stderr, "tenant-worker %s: %v\n", fs.Name(), err)
+		return "", 2, true
+	}
+	return kind, 0, false
 }
 
 // kindArg reads the kind, the first argument.

@@ -51,14 +51,9 @@ Flags:
 `)
 		fs.PrintDefaults()
 	}
-	code, done := parse(fs, args)
+	kind, code, done := parseKind(fs, args, stderr)
 	if done {
 		return code
-	}
-	kind, err := kindArg(fs)
-	if err != nil {
-		fmt.Fprintf(stderr, "tenant-worker send: %v\n", err)
-		return 2
 	}
 	body, _, err := req.message(kind)
 	if err != nil {

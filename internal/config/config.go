@@ -156,8 +156,6 @@ func (o *Options) BindGroups(fs *flag.FlagSet, getenv func(string) string, group
 		dur(&o.MaxRetryDelay, "max-retry-delay", "MAX_RETRY_DELAY", "longest redelivery delay")
 		dur(&o.ShutdownGrace, "shutdown-grace", "SHUTDOWN_GRACE", "time to finish the message in hand on SIGTERM")
 		dur(&o.QueueStatsEvery, "queue-stats-interval", "QUEUE_STATS_INTERVAL", "how often queue and dead-letter depths are read for metrics")
-	}
-	if groups&Worker != 0 {
 		num(&o.RunHistory, "run-history", "RUN_HISTORY", "finished runs kept for the status page and /api/runs")
 		str(&o.HTTPAddr, "http-addr", "HTTP_ADDR", "address serving the status page, /api/runs, /metrics, /healthz and /readyz")
 		str(&o.LogLevel, "log-level", "LOG_LEVEL", "debug, info, warn or error")
@@ -195,19 +193,8 @@ func (o *Options) ValidateGroups(groups Group) error {
 	need(o.GitBranch, "GIT_BRANCH")
 	need(o.GitAuthorName, "GIT_AUTHOR_NAME")
 	need(o.GitAuthorEmail, "GIT_AUTHOR_EMAIL")
-	if groups&Git == 0 {
-		// Not this command's business.
-	} else if o.GitRepoURL == "" {
-		errs = append(errs, errors.New("GIT_REPO_URL is required"))
-	} else if u, err := url.Parse(o.GitRepoURL); err != nil {
-		errs = append(errs, errors.New("GIT_REPO_URL is not a URL"))
-	} else {
-		if u.User != nil {
-			errs = append(errs, errors.New("GIT_REPO_URL must not hold credentials: put the token in GIT_TOKEN_FILE or GIT_TOKEN"))
-		}
-		if u.Scheme != "http" && u.Scheme != "https" && u.Scheme != "file" {
-			errs = append(errs, fmt.Errorf("GIT_REPO_URL scheme %q is not supported (http, https or file)", u.Scheme))
-		}
+	if groups&Git != 0 {
+		errs = append(errs, repoURLErrors(o.GitRepoURL)...)
 	}
 	if o.GitToken != "" && o.GitTokenFile != "" {
 		errs = append(errs, errors.New("set GIT_TOKEN or GIT_TOKEN_FILE, not both"))
@@ -261,4 +248,23 @@ func (o *Options) Token() (string, error) {
 		return "", fmt.Errorf("GIT_TOKEN_FILE %s is empty", o.GitTokenFile)
 	}
 	return tok, nil
+}
+
+// repoURLErrors checks GIT_REPO_URL.
+func repoURLErrors(raw string) []error {
+	if raw == "" {
+		return []error{errors.New("GIT_REPO_URL is required")}
+	}
+	u, err := url.Parse(raw)
+	if err != nil {
+		return []error{errors.New("GIT_REPO_URL is not a URL")}
+	}
+	var errs []error
+	if u.User != nil {
+		errs = append(errs, errors.New("GIT_REPO_URL must not hold credentials: put the token in GIT_TOKEN_FILE or GIT_TOKEN"))
+	}
+	if u.Scheme != "http" && u.Scheme != "https" && u.Scheme != "file" {
+		errs = append(errs, fmt.Errorf("GIT_REPO_URL scheme %q is not supported (http, https or file)", u.Scheme))
+	}
+	return errs
 }
