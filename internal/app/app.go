@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"net"
 	"net/http"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -91,9 +90,6 @@ func Run(ctx context.Context, c Config) error {
 		}
 	}
 	rec := runs.New(o.RunHistory)
-	for _, kind := range message.Kinds {
-		rec.AddQueue(queueName(kinds[kind]))
-	}
 	ui := status.Handler(rec, status.Info{Repository: o.GitRepoURL, Branch: o.GitBranch, Version: c.Version})
 	srv := httpserver.New(o.HTTPAddr, httpserver.Handler(reg, ready, ui))
 	go func() {
@@ -111,10 +107,7 @@ func Run(ctx context.Context, c Config) error {
 	var repo *gitrepo.Repo
 	err := retry(ctx, "open the GitOps repository", func() error {
 		var err error
-		repo, err = gitrepo.Open(ctx, gitrepo.Options{
-			URL: o.GitRepoURL, Branch: o.GitBranch, Username: o.GitUsername, Token: c.Token, Dir: o.GitCloneDir,
-			AuthorName: o.GitAuthorName, AuthorEmail: o.GitAuthorEmail, Timeout: o.GitTimeout,
-		})
+		repo, err = gitrepo.Open(ctx, RepoOptions(o, c.Token))
 		if err != nil {
 			setStatus("repository: %v", err)
 		}
@@ -171,6 +164,7 @@ func Run(ctx context.Context, c Config) error {
 			return nil
 		}
 		m.InitQueue(q.Name)
+		rec.AddQueue(q.Name)
 		queues = append(queues, q)
 		log.Info().Str("queue", q.Name).Str("url", q.URL).Str("dead_letter_queue", q.DeadLetterURL).
 			Str("kind", string(kind)).Msg("consuming queue")
@@ -216,7 +210,10 @@ func retry(ctx context.Context, what string, fn func() error) error {
 	}
 }
 
-// queueName is the name in a queue name or URL, as logs and metrics show it.
-func queueName(nameOrURL string) string {
-	return nameOrURL[strings.LastIndex(nameOrURL, "/")+1:]
+// RepoOptions are the clone settings of o, with the git token.
+func RepoOptions(o wconfig.Options, token string) gitrepo.Options {
+	return gitrepo.Options{
+		URL: o.GitRepoURL, Branch: o.GitBranch, Username: o.GitUsername, Token: token, Dir: o.GitCloneDir,
+		AuthorName: o.GitAuthorName, AuthorEmail: o.GitAuthorEmail, Timeout: o.GitTimeout,
+	}
 }

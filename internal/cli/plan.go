@@ -11,6 +11,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/tenant-worker/tenant-worker/internal/app"
 	"github.com/tenant-worker/tenant-worker/internal/config"
 	"github.com/tenant-worker/tenant-worker/internal/gitops"
 	"github.com/tenant-worker/tenant-worker/internal/gitrepo"
@@ -100,10 +101,7 @@ func openRepo(ctx context.Context, cmd string, opts config.Options, line *progre
 		return nil, 2
 	}
 	line.Show("cloning %s", opts.GitRepoURL)
-	repo, err := gitrepo.Open(ctx, gitrepo.Options{
-		URL: opts.GitRepoURL, Branch: opts.GitBranch, Username: opts.GitUsername, Token: token, Dir: opts.GitCloneDir,
-		AuthorName: opts.GitAuthorName, AuthorEmail: opts.GitAuthorEmail, Timeout: opts.GitTimeout,
-	})
+	repo, err := gitrepo.Open(ctx, app.RepoOptions(opts, token))
 	line.Clear()
 	if err != nil {
 		fmt.Fprintf(stderr, "tenant-worker %s: %v\n", cmd, err)

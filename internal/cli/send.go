@@ -20,6 +20,7 @@ import (
 	"github.com/tenant-worker/tenant-worker/internal/config"
 	"github.com/tenant-worker/tenant-worker/internal/message"
 	"github.com/tenant-worker/tenant-worker/internal/progress"
+	"github.com/tenant-worker/tenant-worker/internal/queue"
 	"github.com/tenant-worker/tenant-worker/internal/results"
 )
 
@@ -76,17 +77,17 @@ Flags:
 		fmt.Fprintf(stderr, "tenant-worker send: %v\n", err)
 		return 1
 	}
-	queue := map[message.Kind]string{
+	queueName := map[message.Kind]string{
 		message.Onboarding: opts.OnboardingQueue, message.Offboarding: opts.OffboardingQueue, message.Deployment: opts.DeploymentQueue,
 	}[kind]
-	url, err := queueURL(ctx, api, queue)
+	_, url, err := queue.Locate(ctx, api, queueName)
 	if err != nil {
 		fmt.Fprintf(stderr, "tenant-worker send: %v\n", err)
 		return 1
 	}
 	out, err := api.SendMessage(ctx, &sqs.SendMessageInput{QueueUrl: aws.String(url), MessageBody: aws.String(body)})
 	if err != nil {
-		fmt.Fprintf(stderr, "tenant-worker send: send to %s: %v\n", queue, err)
+		fmt.Fprintf(stderr, "tenant-worker send: send to %s: %v\n", queueName, err)
 		return 1
 	}
 	id := aws.ToString(out.MessageId)
@@ -95,7 +96,7 @@ Flags:
 		return 0
 	}
 
-	resultsURL, err := queueURL(ctx, api, opts.ResultsQueue)
+	_, resultsURL, err := queue.Locate(ctx, api, opts.ResultsQueue)
 	if err != nil {
 		fmt.Fprintf(stderr, "tenant-worker send: %v\n", err)
 		return 1
@@ -143,18 +144,6 @@ func sqsClient(ctx context.Context) (*sqs.Client, error) {
 		return nil, fmt.Errorf("load AWS configuration: %w", err)
 	}
 	return sqs.NewFromConfig(cfg), nil
-}
-
-// queueURL finds a queue by name, or takes its URL as is.
-func queueURL(ctx context.Context, api *sqs.Client, nameOrURL string) (string, error) {
-	if strings.HasPrefix(nameOrURL, "https://") || strings.HasPrefix(nameOrURL, "http://") {
-		return nameOrURL, nil
-	}
-	out, err := api.GetQueueUrl(ctx, &sqs.GetQueueUrlInput{QueueName: aws.String(nameOrURL)})
-	if err != nil {
-		return "", fmt.Errorf("find queue %s: %w", nameOrURL, err)
-	}
-	return aws.ToString(out.QueueUrl), nil
 }
 
 // parse parses flags placed before or after the arguments (`send

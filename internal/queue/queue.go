@@ -43,23 +43,35 @@ type Queue struct {
 // FIFO reports whether the queue is a FIFO queue.
 func (q *Queue) FIFO() bool { return strings.HasSuffix(q.Name, ".fifo") }
 
-// Resolve finds a queue by name or URL and its dead-letter queue.
-func Resolve(ctx context.Context, api API, nameOrURL string) (*Queue, error) {
-	q := &Queue{Name: nameOrURL}
+// URLFinder is the SQS call Locate makes.
+type URLFinder interface {
+	GetQueueUrl(ctx context.Context, in *sqs.GetQueueUrlInput, opts ...func(*sqs.Options)) (*sqs.GetQueueUrlOutput, error)
+}
+
+// Locate returns the name and URL of a queue given by name or URL; a name
+// is looked up, a URL taken as it is.
+func Locate(ctx context.Context, api URLFinder, nameOrURL string) (name, queueURL string, err error) {
 	if strings.HasPrefix(nameOrURL, "https://") || strings.HasPrefix(nameOrURL, "http://") {
 		u, err := url.Parse(nameOrURL)
 		if err != nil {
-			return nil, fmt.Errorf("queue URL %q: %w", nameOrURL, err)
+			return "", "", fmt.Errorf("queue URL %q: %w", nameOrURL, err)
 		}
-		q.URL = nameOrURL
-		q.Name = u.Path[strings.LastIndex(u.Path, "/")+1:]
-	} else {
-		out, err := api.GetQueueUrl(ctx, &sqs.GetQueueUrlInput{QueueName: aws.String(nameOrURL)})
-		if err != nil {
-			return nil, fmt.Errorf("find queue %s: %w", nameOrURL, err)
-		}
-		q.URL = aws.ToString(out.QueueUrl)
+		return u.Path[strings.LastIndex(u.Path, "/")+1:], nameOrURL, nil
 	}
+	out, err := api.GetQueueUrl(ctx, &sqs.GetQueueUrlInput{QueueName: aws.String(nameOrURL)})
+	if err != nil {
+		return "", "", fmt.Errorf("find queue %s: %w", nameOrURL, err)
+	}
+	return nameOrURL, aws.ToString(out.QueueUrl), nil
+}
+
+// Resolve finds a queue by name or URL and its dead-letter queue.
+func Resolve(ctx context.Context, api API, nameOrURL string) (*Queue, error) {
+	name, queueURL, err := Locate(ctx, api, nameOrURL)
+	if err != nil {
+		return nil, err
+	}
+	q := &Queue{Name: name, URL: queueURL}
 	attrs, err := api.GetQueueAttributes(ctx, &sqs.GetQueueAttributesInput{
 		QueueUrl: aws.String(q.URL),
 		AttributeNames: []types.QueueAttributeName{
