@@ -35,7 +35,10 @@ func (r *Repo) maybeCompact() error {
 		every = compactEvery
 	}
 	due := r.heads >= every
-	if ms, ok := r.repo.Storer.(*memory.Storage); ok && memoryBytes(ms) > r.compactedSize+max(r.compactedSize/2, minBytes) {
+	r.mu.Lock()
+	stored := r.storedBytes
+	r.mu.Unlock()
+	if _, ok := r.repo.Storer.(*memory.Storage); ok && stored > r.compactedSize+max(r.compactedSize/2, minBytes) {
 		due = true // at 10,000 tenants each commit adds a 400 KB tree
 	}
 	if !due || r.head.IsZero() {
@@ -87,6 +90,7 @@ func (r *Repo) compact() error {
 		r.compactedSize = memoryBytes(ms)
 	}
 	r.mu.Lock()
+	r.storedBytes = r.compactedSize
 	r.written, r.trackedCount = nil, 0
 	r.trees = nil // its trees read from the old storage, and would keep it alive
 	r.mu.Unlock()

@@ -60,6 +60,10 @@ type Repo struct {
 	heads         int   // new heads taken in since the last compaction
 	compactEvery  int   // overrides compactEvery (tests)
 	compactedSize int64 // bytes held right after the last compaction (memory)
+	// storedBytes is what a memory clone holds: measured after a compaction
+	// or a fetch, plus what commits wrote since (counting every object a
+	// commit writes, even one already held, errs towards compacting early).
+	storedBytes int64
 }
 
 // Open opens (or creates) the clone and fetches the branch.
@@ -172,6 +176,11 @@ func (r *Repo) Fetch(ctx context.Context) (plumbing.Hash, error) {
 	}
 	if ref.Hash() != r.head {
 		r.head = ref.Hash()
+		if ms, ok := r.repo.Storer.(*memory.Storage); ok {
+			r.mu.Lock()
+			r.storedBytes = memoryBytes(ms)
+			r.mu.Unlock()
+		}
 		if err := r.maybeCompact(); err != nil {
 			return plumbing.ZeroHash, err
 		}
@@ -184,7 +193,7 @@ func (r *Repo) treeCache() *treeCache {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.trees == nil {
-		r.trees = newTreeCache(8)
+		r.trees = newTreeCache(treeCacheSize)
 	}
 	return r.trees
 }
@@ -202,7 +211,7 @@ func (r *Repo) Snapshot(commit plumbing.Hash) (*Snapshot, error) {
 	if err != nil {
 		return nil, fmt.Errorf("read tree of %s: %w", commit, err)
 	}
-	return &Snapshot{Commit: commit, tree: t, storer: r.repo, trees: r.treeCache(), objects: r.repo.Storer}, nil
+	return &Snapshot{Commit: commit, tree: t, trees: r.treeCache(), objects: r.repo.Storer}, nil
 }
 
 // Commit writes a commit on top of parent that applies files (path to new
@@ -237,6 +246,9 @@ func (r *Repo) Commit(parent plumbing.Hash, files map[string][]byte, msg string)
 		return plumbing.ZeroHash, fmt.Errorf("store commit: %w", err)
 	}
 	r.track(h, parent, objects)
+	r.mu.Lock()
+	r.storedBytes += objects.bytes
+	r.mu.Unlock()
 	return h, nil
 }
 

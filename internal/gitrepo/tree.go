@@ -1,7 +1,6 @@
 package gitrepo
 
 import (
-	"bytes"
 	"fmt"
 	"path"
 	"sort"
@@ -10,7 +9,6 @@ import (
 
 	"github.com/go-git/go-git/v5/plumbing"
 	"github.com/go-git/go-git/v5/plumbing/filemode"
-	"github.com/go-git/go-git/v5/plumbing/object"
 	"github.com/go-git/go-git/v5/plumbing/storer"
 )
 
@@ -21,18 +19,17 @@ import (
 // The objects written are recorded in log, each new tree with the tree it
 // replaces (its delta base in the pack a push sends).
 func writeTree(s storer.EncodedObjectStorer, trees *treeCache, base plumbing.Hash, files map[string][]byte, log *objectLog) (plumbing.Hash, error) {
-	var entries []object.TreeEntry
+	old := &dirTree{sorted: true}
 	if !base.IsZero() {
 		t, err := trees.get(s, base)
 		if err != nil {
 			return plumbing.ZeroHash, err
 		}
-		entries = append(entries, t.Entries...)
+		old = t
 	}
 
 	// Group the changes by their first path element.
 	direct := map[string][]byte{}
-	deleted := map[string]bool{}
 	nested := map[string]map[string][]byte{}
 	for p, content := range files {
 		head, rest, isDir := strings.Cut(p, "/")
@@ -44,90 +41,85 @@ func writeTree(s storer.EncodedObjectStorer, trees *treeCache, base plumbing.Has
 				nested[head] = map[string][]byte{}
 			}
 			nested[head][rest] = content
-		} else if content == nil {
-			deleted[head] = true
 		} else {
 			direct[head] = content
 		}
 	}
 
-	index := map[string]int{}
-	for i, e := range entries {
-		index[e.Name] = i
-	}
-	set := func(e object.TreeEntry) {
-		if i, ok := index[e.Name]; ok {
-			entries[i] = e
-			return
-		}
-		index[e.Name] = len(entries)
-		entries = append(entries, e)
-	}
-	for name := range deleted {
-		if i, ok := index[name]; ok {
-			entries[i].Name = "" // removed below
-		}
-	}
+	// changed holds the new entry of each name the change touches; a nil
+	// entry removes the name.
+	changed := map[string]*treeEntry{}
 	for name, content := range direct {
+		if content == nil {
+			changed[name] = nil
+			continue
+		}
 		h, err := writeBlob(s, content)
 		if err != nil {
 			return plumbing.ZeroHash, err
 		}
-		log.add(h, plumbing.ZeroHash)
 		mode := filemode.Regular
-		if i, ok := index[name]; ok && entries[i].Mode == filemode.Executable {
-			mode = filemode.Executable
+		modeText := ""
+		prev := plumbing.ZeroHash // the version it replaces: its delta base
+		if e, ok := old.entry(name); ok && e.kind().IsFile() {
+			prev = e.hash
+			if e.kind() == filemode.Executable {
+				mode, modeText = e.mode, e.modeText
+			}
 		}
-		set(object.TreeEntry{Name: name, Mode: mode, Hash: h})
+		log.add(h, prev)
+		log.bytes += int64(len(content))
+		changed[name] = &treeEntry{name: name, mode: mode, modeText: modeText, hash: h}
 	}
 	for name, sub := range nested {
 		subBase := plumbing.ZeroHash
-		if i, ok := index[name]; ok && entries[i].Mode == filemode.Dir {
-			subBase = entries[i].Hash
-		} else if ok && entries[i].Name != "" {
-			return plumbing.ZeroHash, fmt.Errorf("%s is a file, not a directory", name)
+		if e, ok := changed[name]; ok {
+			if e != nil {
+				return plumbing.ZeroHash, fmt.Errorf("%s is a file, not a directory", name)
+			}
+		} else if e, ok := old.entry(name); ok {
+			if !e.isDir() {
+				return plumbing.ZeroHash, fmt.Errorf("%s is a file, not a directory", name)
+			}
+			subBase = e.hash
 		}
 		h, err := writeTree(s, trees, subBase, sub, log)
 		if err != nil {
 			return plumbing.ZeroHash, err
 		}
 		if h.IsZero() {
-			if i, ok := index[name]; ok {
-				entries[i].Name = ""
-			}
+			changed[name] = nil
 			continue
 		}
-		set(object.TreeEntry{Name: name, Mode: filemode.Dir, Hash: h})
+		e := treeEntry{name: name, mode: filemode.Dir, hash: h}
+		if old, ok := old.entry(name); ok && old.isDir() {
+			e.mode, e.modeText = old.mode, old.modeText
+		}
+		changed[name] = &e
 	}
 
-	kept := entries[:0]
-	for _, e := range entries {
-		if e.Name != "" {
-			kept = append(kept, e)
-		}
+	nt, err := old.with(changed)
+	if err != nil {
+		return plumbing.ZeroHash, fmt.Errorf("write tree: %w", err)
 	}
-	if len(kept) == 0 {
+	if nt.len() == 0 {
 		return plumbing.ZeroHash, nil
 	}
-	// Git orders entries by name, comparing a directory as if it ended in "/".
-	sort.Slice(kept, func(i, j int) bool { return sortKey(kept[i]) < sortKey(kept[j]) })
-	t := &object.Tree{Entries: kept}
-	obj := s.NewEncodedObject()
-	if err := t.Encode(obj); err != nil {
-		return plumbing.ZeroHash, fmt.Errorf("encode tree: %w", err)
+	if nt.hash, err = writeObject(s, plumbing.TreeObject, nt.raw); err != nil {
+		return plumbing.ZeroHash, fmt.Errorf("write tree: %w", err)
 	}
-	h, err := s.SetEncodedObject(obj)
-	if err == nil {
-		log.add(h, base)
-	}
-	return h, err
+	log.add(nt.hash, base)
+	log.bytes += int64(len(nt.raw))
+	trees.put(nt)
+	return nt.hash, nil
 }
 
-// objectLog records the objects a commit wrote, and for each new tree the
-// tree it replaces.
+// objectLog records the objects a commit wrote, and for each new tree or
+// file the version it replaces.
 type objectLog struct {
 	hashes []plumbing.Hash
 	bases  map[plumbing.Hash]plumbing.Hash
+	bytes  int64 // their content, in all
 }
 
 func (l *objectLog) add(h, base plumbing.Hash) {
@@ -140,62 +132,37 @@ func (l *objectLog) add(h, base plumbing.Hash) {
 	}
 }
 
-func sortKey(e object.TreeEntry) string {
-	if e.Mode == filemode.Dir {
-		return e.Name + "/"
-	}
-	return e.Name
-}
-
 func writeBlob(s storer.EncodedObjectStorer, content []byte) (plumbing.Hash, error) {
-	obj := s.NewEncodedObject()
-	obj.SetType(plumbing.BlobObject)
-	obj.SetSize(int64(len(content)))
-	w, err := obj.Writer()
+	h, err := writeObject(s, plumbing.BlobObject, string(content))
 	if err != nil {
 		return plumbing.ZeroHash, fmt.Errorf("write blob: %w", err)
 	}
-	if _, err := w.Write(content); err != nil {
-		return plumbing.ZeroHash, fmt.Errorf("write blob: %w", err)
-	}
-	if err := w.Close(); err != nil {
-		return plumbing.ZeroHash, fmt.Errorf("write blob: %w", err)
-	}
-	return s.SetEncodedObject(obj)
+	return h, nil
 }
 
 // Snapshot reads the tree of one commit.
 type Snapshot struct {
 	Commit plumbing.Hash
-	tree   *object.Tree
-	storer blobReader
+	tree   *dirTree
 
 	mu      sync.Mutex
-	subs    map[string]*object.Tree // subtrees by path
-	trees   *treeCache              // decoded trees by hash, shared with the Repo
+	subs    map[string]*dirTree // subtrees by path
+	trees   *treeCache          // decoded trees by hash, shared with the Repo
 	objects storer.EncodedObjectStorer
-}
-
-// blobReader reads blobs by hash (a *git.Repository).
-type blobReader interface {
-	BlobObject(h plumbing.Hash) (*object.Blob, error)
 }
 
 // ReadFile implements gitops.Reader.
 func (s *Snapshot) ReadFile(name string) ([]byte, error) {
-	if s.tree == nil {
-		return nil, notExist(name)
-	}
 	dir, base := path.Split(name)
 	t, err := s.subtree(strings.TrimSuffix(dir, "/"))
 	if err != nil {
 		return nil, notExist(name)
 	}
-	e, err := t.FindEntry(base)
-	if err != nil || !e.Mode.IsFile() {
+	e, ok := t.entry(base)
+	if !ok || !e.kind().IsFile() {
 		return nil, notExist(name)
 	}
-	return s.ReadBlob(e.Hash.String())
+	return s.readBlob(e.hash)
 }
 
 // ReadDir implements gitops.Reader.
@@ -204,33 +171,44 @@ func (s *Snapshot) ReadDir(name string) ([]string, error) {
 	if err != nil {
 		return nil, err
 	}
-	names := make([]string, len(t.Entries))
-	for i, e := range t.Entries {
-		names[i] = e.Name
+	names := make([]string, t.len())
+	for i := range names {
+		names[i] = t.at(i).name
 	}
 	sort.Strings(names)
 	return names, nil
 }
 
-// WalkFiles calls fn for every file below dir.
+// WalkFiles calls fn for every file below dir, in git's order.
 func (s *Snapshot) WalkFiles(dir string, fn func(name string, content []byte) error) error {
 	t, err := s.subtree(dir)
 	if err != nil {
 		return err
 	}
-	return t.Files().ForEach(func(f *object.File) error {
-		c, err := f.Contents()
-		if err != nil {
-			return fmt.Errorf("read %s/%s: %w", dir, f.Name, err)
+	for i := range t.len() {
+		e := t.at(i)
+		name := dir + "/" + e.name
+		switch k := e.kind(); {
+		case k == filemode.Dir:
+			if err := s.WalkFiles(name, fn); err != nil {
+				return err
+			}
+		case k.IsFile():
+			c, err := s.readBlob(e.hash)
+			if err != nil {
+				return fmt.Errorf("read %s: %w", name, err)
+			}
+			if err := fn(name, c); err != nil {
+				return err
+			}
 		}
-		return fn(dir+"/"+f.Name, []byte(c))
-	})
+	}
+	return nil
 }
 
 // subtree returns the tree of a directory. Trees are remembered per
-// snapshot: a plan reads the same few folders many times, and decoding a
-// folder of 10,000 tenants each time would dominate.
-func (s *Snapshot) subtree(name string) (*object.Tree, error) {
+// snapshot: a plan reads the same few folders many times.
+func (s *Snapshot) subtree(name string) (*dirTree, error) {
 	if s.tree == nil {
 		return nil, notExist(name)
 	}
@@ -244,21 +222,17 @@ func (s *Snapshot) subtree(name string) (*object.Tree, error) {
 	}
 	t := s.tree
 	for _, part := range strings.Split(name, "/") {
-		e, err := t.FindEntry(part)
-		if err != nil || e.Mode != filemode.Dir {
+		e, ok := t.entry(part)
+		if !ok || !e.isDir() {
 			return nil, notExist(name)
 		}
-		if s.trees != nil {
-			t, err = s.trees.get(s.objects, e.Hash)
-		} else {
-			t, err = t.Tree(part)
-		}
-		if err != nil {
+		var err error
+		if t, err = s.trees.get(s.objects, e.hash); err != nil {
 			return nil, notExist(name)
 		}
 	}
 	if s.subs == nil {
-		s.subs = map[string]*object.Tree{}
+		s.subs = map[string]*dirTree{}
 	}
 	s.subs[name] = t
 	return t, nil
@@ -271,45 +245,49 @@ func (s *Snapshot) DirHash(dir string) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	return t.Hash.String(), nil
+	return t.hash.String(), nil
 }
 
-// Entries lists the files (name to blob hash) and subdirectories of dir.
+// Entries lists the files and subdirectories of dir. Each file maps to an
+// identifier of its content (equal for equal contents), which ReadBlob
+// reads: the 20 bytes of its hash, taken from the tree without a copy.
 func (s *Snapshot) Entries(dir string) (map[string]string, []string, error) {
 	t, err := s.subtree(dir)
 	if err != nil {
 		return nil, nil, err
 	}
-	files := make(map[string]string, len(t.Entries))
+	files := make(map[string]string, t.len())
 	var dirs []string
-	for _, e := range t.Entries {
-		switch {
-		case e.Mode == filemode.Dir:
-			dirs = append(dirs, e.Name)
-		case e.Mode.IsFile():
-			files[e.Name] = e.Hash.String()
+	for i := range t.len() {
+		e, next, _ := parseEntry(t.raw, t.start(i))
+		switch k := e.kind(); {
+		case k == filemode.Dir:
+			dirs = append(dirs, e.name)
+		case k.IsFile():
+			files[e.name] = t.raw[next-hashLen : next]
 		}
 	}
 	return files, dirs, nil
 }
 
-// ReadBlob returns the content of a blob by hash.
-func (s *Snapshot) ReadBlob(hash string) ([]byte, error) {
-	if s.tree == nil {
-		return nil, notExist(hash)
+// ReadBlob returns the content of a file by the identifier Entries gives.
+func (s *Snapshot) ReadBlob(id string) ([]byte, error) {
+	var h plumbing.Hash
+	if s.tree == nil || len(id) != len(h) {
+		return nil, notExist(fmt.Sprintf("%x", id))
 	}
-	b, err := s.storer.BlobObject(plumbing.NewHash(hash))
+	copy(h[:], id)
+	return s.readBlob(h)
+}
+
+func (s *Snapshot) readBlob(h plumbing.Hash) ([]byte, error) {
+	obj, err := s.objects.EncodedObject(plumbing.BlobObject, h)
 	if err != nil {
-		return nil, fmt.Errorf("read blob %s: %w", hash, err)
+		return nil, fmt.Errorf("read blob %s: %w", h, err)
 	}
-	r, err := b.Reader()
+	content, err := objectContent(obj)
 	if err != nil {
-		return nil, fmt.Errorf("read blob %s: %w", hash, err)
+		return nil, fmt.Errorf("read blob %s: %w", h, err)
 	}
-	defer r.Close()
-	var buf bytes.Buffer
-	if _, err := buf.ReadFrom(r); err != nil {
-		return nil, fmt.Errorf("read blob %s: %w", hash, err)
-	}
-	return buf.Bytes(), nil
+	return content, nil
 }

@@ -155,13 +155,36 @@ func Add(content []byte, entry string) ([]byte, bool, error) {
 			return nil, false, err
 		}
 		verified.add(out)
+		remember(out, lines, b, want)
 		return out, true, nil
 	}
 	if err := verify(out, want); err != nil {
 		return nil, false, err
 	}
 	verified.add(out)
+	if len(b.items) > 0 {
+		remember(out, lines, b, want)
+	}
 	return out, true, nil
+}
+
+// remember caches the parse of out (split into lines), the result of Add
+// appending the last of values after the last item of b, so that the next
+// reader of a large file (the check of the commit that holds it) does not
+// parse it again. The new line is parsed on its own and must give that
+// entry; on any doubt nothing is cached.
+func remember(out []byte, lines []string, b block, values []string) {
+	if len(out) < cacheFrom {
+		return
+	}
+	last := b.items[len(b.items)-1]
+	indent, value, ok := listItemOf(strings.TrimRight(lines[last+1], "\r\n"))
+	if !ok || indent != b.indent || unquote(withoutNote(value)) != values[len(values)-1] {
+		return
+	}
+	b.items = append(b.items, last+1)
+	b.values = values
+	parsed.put(sha256.Sum256(out), parsedFile{lines, b})
 }
 
 // Remove deletes every occurrence of entry from the resources list. It

@@ -1,7 +1,11 @@
 package kustomization
 
 import (
+	"crypto/sha256"
+	"fmt"
+	"reflect"
 	"slices"
+	"strings"
 	"testing"
 )
 
@@ -140,4 +144,40 @@ func count(list []string, s string) int {
 		}
 	}
 	return n
+}
+
+// TestAddRemembersItsParse: the parse Add caches for a large file it
+// wrote is the parse of that file read afresh, whatever its line endings,
+// final newline, comments and blank lines after the list.
+func TestAddRemembersItsParse(t *testing.T) {
+	var list strings.Builder
+	for i := range 2000 {
+		fmt.Fprintf(&list, "  - tenant-%d.yaml # t%d\n", i, i)
+	}
+	for name, content := range map[string]string{
+		"plain":         "kind: Kustomization\nresources:\n" + list.String(),
+		"crlf":          strings.ReplaceAll("kind: Kustomization\nresources:\n"+list.String(), "\n", "\r\n"),
+		"no final nl":   "resources:\n" + strings.TrimSuffix(list.String(), "\n"),
+		"comment after": "resources:\n" + list.String() + "\n# end\n",
+		"key after":     "resources:\n" + list.String() + "patches: []\n",
+		"dash indent":   "resources:\n" + strings.ReplaceAll(list.String(), "  - ", "- "),
+	} {
+		out, changed, err := Add([]byte(content), "new-tenant.yaml")
+		if err != nil || !changed {
+			t.Fatalf("%s: Add: %v, changed %v", name, err, changed)
+		}
+		cached, ok := parsed.get(sha256.Sum256(out))
+		if !ok {
+			t.Errorf("%s: the parse of Add's output is not cached", name)
+			continue
+		}
+		lines := splitLines(out)
+		fresh, err := parse(lines)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !slices.Equal(cached.lines, lines) || !reflect.DeepEqual(cached.block, fresh) {
+			t.Errorf("%s: cached parse differs from a fresh one:\n%+v\n%+v", name, cached.block.items[len(cached.block.items)-3:], fresh.items[len(fresh.items)-3:])
+		}
+	}
 }
