@@ -134,43 +134,45 @@ func (w refWatcher) waitMove(old string, timeout time.Duration) (string, error) 
 	}
 }
 
-// floor measures one object-level commit of one file and a go-git push
-// from a warm in-memory clone, nothing else.
-func floor(ctx context.Context, url string, n int) (Stats, error) {
+// floorRepo measures the floor: one object-level commit of one file and a
+// go-git push from a warm in-memory clone, nothing else.
+type floorRepo struct {
+	repo *gitrepo.Repo
+}
+
+func openFloor(ctx context.Context, url string) (*floorRepo, error) {
 	repo, err := gitrepo.Open(ctx, gitrepo.Options{URL: url, Branch: "main", AuthorName: "bench",
 		AuthorEmail: "bench@example.com", WalkingPush: true})
 	if err != nil {
-		return Stats{}, err
+		return nil, err
 	}
-	var ds []time.Duration
-	for i := 0; i < n; i++ {
-		start := time.Now()
-		head := repo.Head()
-		path := fmt.Sprintf("%s/tenants/premium/floor-%d.yaml", templates.Root, i)
-		c, err := repo.Commit(head, map[string][]byte{path: []byte(fmt.Sprintf("floor %d\n", i))}, "floor")
-		if err != nil {
-			return Stats{}, err
-		}
-		if err := repo.Push(ctx, head, c); err != nil {
-			return Stats{}, err
-		}
-		ds = append(ds, time.Since(start))
-	}
-	return stats(ds), nil
+	return &floorRepo{repo: repo}, nil
 }
 
-// reference times ../shared/bench/reference-onboard.sh against the server.
-func reference(script, url, work string, n int) (Stats, error) {
-	var ds []time.Duration
-	for i := 0; i < n; i++ {
-		start := time.Now()
-		cmd := exec.Command("bash", script, url, filepath.Join(work, "ref"), fmt.Sprintf("ref-%d", i), "premium", "0.0")
-		if out, err := cmd.CombinedOutput(); err != nil {
-			return Stats{}, fmt.Errorf("reference-onboard.sh: %w: %s", err, out)
-		}
-		ds = append(ds, time.Since(start))
+// commit times the floor's i-th commit and push.
+func (f *floorRepo) commit(ctx context.Context, i int) (time.Duration, error) {
+	start := time.Now()
+	head := f.repo.Head()
+	path := fmt.Sprintf("%s/tenants/premium/floor-%d.yaml", templates.Root, i)
+	c, err := f.repo.Commit(head, map[string][]byte{path: []byte(fmt.Sprintf("floor %d\n", i))}, "floor")
+	if err != nil {
+		return 0, err
 	}
-	return stats(ds), nil
+	if err := f.repo.Push(ctx, head, c); err != nil {
+		return 0, err
+	}
+	return time.Since(start), nil
+}
+
+// reference times one run of ../shared/bench/reference-onboard.sh against
+// the server.
+func reference(script, url, work string, i int) (time.Duration, error) {
+	start := time.Now()
+	cmd := exec.Command("bash", script, url, filepath.Join(work, "ref"), fmt.Sprintf("ref-%d", i), "premium", "0.0")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return 0, fmt.Errorf("reference-onboard.sh: %w: %s", err, out)
+	}
+	return time.Since(start), nil
 }
 
 // peakRSS reads a process's peak resident set size in MB.

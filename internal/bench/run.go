@@ -20,118 +20,216 @@ import (
 	"github.com/tenant-worker/tenant-worker/internal/gitserver"
 )
 
-// Run measures every size in opts and returns the results.
-func Run(ctx context.Context, opts Options, progress io.Writer) ([]SizeResult, error) {
-	api := fauxqs.Client(opts.SQSEndpint)
-	var results []SizeResult
-	for _, n := range opts.Sizes {
-		fmt.Fprintf(progress, "bench: %d tenants\n", n)
-		r, err := runSize(ctx, opts, api, n, progress)
-		if err != nil {
-			return results, fmt.Errorf("%d tenants: %w", n, err)
-		}
-		results = append(results, r)
-	}
-	return results, nil
+// settle is the pause between two single onboardings, so that each finds
+// its worker idle (the previous message deleted, its result sent).
+const settle = 20 * time.Millisecond
+
+// sizeRun is one repository size under measurement: its git server, its
+// worker and its queue.
+type sizeRun struct {
+	res   SizeResult
+	dir   string
+	srv   *gitserver.Server
+	w     *worker
+	queue string
+	watch refWatcher
 }
 
-func runSize(ctx context.Context, opts Options, api *sqs.Client, n int, progress io.Writer) (SizeResult, error) {
-	res := SizeResult{Tenants: n}
-	dir, err := os.MkdirTemp(opts.WorkDir, fmt.Sprintf("size-%d-", n))
-	if err != nil {
-		return res, err
+func (s *sizeRun) close() {
+	if s.w != nil {
+		s.w.stop()
 	}
-	defer os.RemoveAll(dir)
-	srv, err := gitserver.Start(dir+"/git", "127.0.0.1:0", "")
-	if err != nil {
-		return res, err
+	if s.srv != nil {
+		_ = s.srv.Close()
 	}
-	defer srv.Close()
-	for _, name := range []string{"worker.git", "floor.git", "reference.git"} {
-		if err := seedRepo(srv, name, n); err != nil {
-			return res, fmt.Errorf("seed %s: %w", name, err)
+	_ = os.RemoveAll(s.dir)
+}
+
+// Run measures every size in opts and returns the results. The sizes are
+// measured side by side, interleaved: the i-th floor commit, onboarding and
+// reference run of every size follow each other, so that the machine's
+// drift over the minutes a run takes (large on a shared virtual machine)
+// weighs on every size alike and the ratios between sizes mean something.
+func Run(ctx context.Context, opts Options, progress io.Writer) ([]SizeResult, error) {
+	api := fauxqs.Client(opts.SQSEndpint)
+	var runs []*sizeRun
+	defer func() {
+		for _, r := range runs {
+			r.close()
+		}
+	}()
+	results := func() []SizeResult {
+		var out []SizeResult
+		for _, r := range runs {
+			out = append(out, r.res)
+		}
+		return out
+	}
+	for _, n := range opts.Sizes {
+		fmt.Fprintf(progress, "bench: seeding %d tenants, starting its worker\n", n)
+		r, err := setupSize(ctx, opts, api, n)
+		if r != nil {
+			runs = append(runs, r)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("%d tenants: %w", n, err)
 		}
 	}
 
-	if res.Floor, err = floor(ctx, srv.RepoURL("floor.git"), opts.Floor); err != nil {
-		return res, fmt.Errorf("floor: %w", err)
+	fmt.Fprintf(progress, "bench: floor, %d commits per size\n", opts.Floor)
+	if err := floors(ctx, runs, opts.Floor); err != nil {
+		return results(), err
 	}
-	fmt.Fprintf(progress, "  floor p50 %.1f ms\n", res.Floor.P50)
+	fmt.Fprintf(progress, "bench: %d single onboardings per size\n", opts.Onboard)
+	if err := onboardings(ctx, api, runs, opts.Onboard); err != nil {
+		return results(), err
+	}
+	if opts.RefScript != "" && opts.Reference > 0 {
+		fmt.Fprintf(progress, "bench: reference steps, %d per size\n", opts.Reference)
+		if err := references(opts, runs); err != nil {
+			return results(), err
+		}
+	}
+	for _, r := range runs {
+		if r.res.Tenants == opts.BacklogAt && opts.Backlog > 0 {
+			fmt.Fprintf(progress, "bench: backlog of %d at %d tenants\n", opts.Backlog, r.res.Tenants)
+			if err := backlog(ctx, api, r, opts.Backlog); err != nil {
+				return results(), err
+			}
+		}
+		r.res.PeakRSSMB = peakRSS(r.w.cmd.Process.Pid)
+	}
+	return results(), nil
+}
 
+func setupSize(ctx context.Context, opts Options, api *sqs.Client, n int) (*sizeRun, error) {
+	dir, err := os.MkdirTemp(opts.WorkDir, fmt.Sprintf("size-%d-", n))
+	if err != nil {
+		return nil, err
+	}
+	r := &sizeRun{res: SizeResult{Tenants: n}, dir: dir}
+	if r.srv, err = gitserver.Start(dir+"/git", "127.0.0.1:0", ""); err != nil {
+		return r, err
+	}
+	for _, name := range []string{"worker.git", "floor.git", "reference.git"} {
+		if err := seedRepo(r.srv, name, n); err != nil {
+			return r, fmt.Errorf("seed %s: %w", name, err)
+		}
+	}
 	var queues []string
 	for _, kind := range []string{"onboarding", "offboarding", "deployment"} {
 		q, _, err := fauxqs.CreateQueue(ctx, api, fmt.Sprintf("bench-%d-%d-%s", n, time.Now().UnixNano()%1e9, kind), fauxqs.QueueOptions{})
 		if err != nil {
-			return res, err
+			return r, err
 		}
 		queues = append(queues, q)
 	}
-	queue := queues[0]
-	w, err := startWorker(opts.Binary, srv.RepoURL("worker.git"), opts.SQSEndpint, queues)
-	if err != nil {
-		return res, err
+	r.queue = queues[0]
+	if r.w, err = startWorker(opts.Binary, r.srv.RepoURL("worker.git"), opts.SQSEndpint, queues); err != nil {
+		return r, err
 	}
-	defer w.stop()
+	r.watch = refWatcher{srv: r.srv, name: "worker.git"}
+	return r, nil
+}
 
-	watch := refWatcher{srv: srv, name: "worker.git"}
-	var ds []time.Duration
-	for i := 0; i < opts.Onboard; i++ {
-		old := watch.head()
-		body := fmt.Sprintf(`{"tenant_id":"bench-%d","tenant_tier":"premium","release_version":"0.0"}`, i)
-		start := time.Now()
-		if _, err := api.SendMessage(ctx, &sqs.SendMessageInput{QueueUrl: aws.String(queue), MessageBody: aws.String(body)}); err != nil {
-			return res, err
+// floors measures the floor at every size, interleaved.
+func floors(ctx context.Context, runs []*sizeRun, n int) error {
+	var fs []*floorRepo
+	for _, r := range runs {
+		f, err := openFloor(ctx, r.srv.RepoURL("floor.git"))
+		if err != nil {
+			return fmt.Errorf("floor at %d tenants: %w", r.res.Tenants, err)
 		}
-		if _, err := watch.waitMove(old, 60*time.Second); err != nil {
-			return res, fmt.Errorf("onboarding %d: %w\n%s", i, err, w.tail())
-		}
-		ds = append(ds, time.Since(start))
+		fs = append(fs, f)
 	}
-	res.Worker = stats(ds)
-	res.WorkerOverFloor = res.Worker.P50 / res.Floor.P50
-	fmt.Fprintf(progress, "  worker p50 %.1f ms, p99 %.1f ms\n", res.Worker.P50, res.Worker.P99)
+	ds := make([][]time.Duration, len(runs))
+	for i := range n {
+		for j, f := range fs {
+			d, err := f.commit(ctx, i)
+			if err != nil {
+				return fmt.Errorf("floor at %d tenants: %w", runs[j].res.Tenants, err)
+			}
+			ds[j] = append(ds[j], d)
+		}
+	}
+	for j, r := range runs {
+		r.res.Floor = stats(ds[j])
+	}
+	return nil
+}
 
-	if opts.RefScript != "" && opts.Reference > 0 {
-		if res.Reference, err = reference(opts.RefScript, srv.RepoURL("reference.git"), dir, opts.Reference); err != nil {
-			return res, err
+// onboardings sends n single onboardings to the worker of every size,
+// interleaved, each timed from SendMessage to the branch moving.
+func onboardings(ctx context.Context, api *sqs.Client, runs []*sizeRun, n int) error {
+	ds := make([][]time.Duration, len(runs))
+	for i := range n {
+		for j, r := range runs {
+			old := r.watch.head()
+			body := fmt.Sprintf(`{"tenant_id":"bench-%d","tenant_tier":"premium","release_version":"0.0"}`, i)
+			start := time.Now()
+			if _, err := api.SendMessage(ctx, &sqs.SendMessageInput{QueueUrl: aws.String(r.queue), MessageBody: aws.String(body)}); err != nil {
+				return err
+			}
+			if _, err := r.watch.waitMove(old, 60*time.Second); err != nil {
+				return fmt.Errorf("onboarding %d at %d tenants: %w\n%s", i, r.res.Tenants, err, r.w.tail())
+			}
+			ds[j] = append(ds[j], time.Since(start))
+			time.Sleep(settle)
 		}
-		res.ReferenceRatio = res.Reference.P50 / res.Worker.P50
-		fmt.Fprintf(progress, "  reference p50 %.1f ms\n", res.Reference.P50)
 	}
+	for j, r := range runs {
+		r.res.Worker = stats(ds[j])
+		r.res.WorkerOverFloor = r.res.Worker.P50 / r.res.Floor.P50
+	}
+	return nil
+}
 
-	if n == opts.BacklogAt && opts.Backlog > 0 {
-		before := w.pushed()
-		start := time.Now()
-		for i := 0; i < opts.Backlog; i += 10 {
-			var entries []types.SendMessageBatchRequestEntry
-			for j := i; j < min(i+10, opts.Backlog); j++ {
-				entries = append(entries, types.SendMessageBatchRequestEntry{Id: aws.String(fmt.Sprint(j)),
-					MessageBody: aws.String(fmt.Sprintf(`{"tenant_id":"backlog-%d","tenant_tier":"basic","release_version":"0.0"}`, j))})
+// references times the reference's steps at every size, interleaved.
+func references(opts Options, runs []*sizeRun) error {
+	ds := make([][]time.Duration, len(runs))
+	for i := range opts.Reference {
+		for j, r := range runs {
+			d, err := reference(opts.RefScript, r.srv.RepoURL("reference.git"), r.dir, i)
+			if err != nil {
+				return err
 			}
-			if _, err := api.SendMessageBatch(ctx, &sqs.SendMessageBatchInput{QueueUrl: aws.String(queue), Entries: entries}); err != nil {
-				return res, err
-			}
+			ds[j] = append(ds[j], d)
 		}
-		deadline := time.Now().Add(10 * time.Minute)
-		for w.pushed()-before < opts.Backlog {
-			if time.Now().After(deadline) {
-				return res, fmt.Errorf("backlog: %d of %d applied in 10 minutes", w.pushed()-before, opts.Backlog)
-			}
-			time.Sleep(10 * time.Millisecond)
-		}
-		res.Throughput = float64(opts.Backlog) / time.Since(start).Seconds()
-		if path := os.Getenv("BENCH_WORKER_LOG"); path != "" {
-			w.mu.Lock()
-			_ = os.WriteFile(path, w.logs.Bytes(), 0o644)
-			w.mu.Unlock()
-		}
-		if res.Reference.P50 > 0 {
-			res.ThroughputRatio = res.Reference.P50 / (1000 / res.Throughput)
-		}
-		fmt.Fprintf(progress, "  backlog %.1f changes/s\n", res.Throughput)
 	}
-	res.PeakRSSMB = peakRSS(w.cmd.Process.Pid)
-	return res, nil
+	for j, r := range runs {
+		r.res.Reference = stats(ds[j])
+		r.res.ReferenceRatio = r.res.Reference.P50 / r.res.Worker.P50
+	}
+	return nil
+}
+
+// backlog sends n onboardings at once and measures how fast they are
+// applied.
+func backlog(ctx context.Context, api *sqs.Client, r *sizeRun, n int) error {
+	before := r.w.pushed()
+	start := time.Now()
+	for i := 0; i < n; i += 10 {
+		var entries []types.SendMessageBatchRequestEntry
+		for j := i; j < min(i+10, n); j++ {
+			entries = append(entries, types.SendMessageBatchRequestEntry{Id: aws.String(fmt.Sprint(j)),
+				MessageBody: aws.String(fmt.Sprintf(`{"tenant_id":"backlog-%d","tenant_tier":"basic","release_version":"0.0"}`, j))})
+		}
+		if _, err := api.SendMessageBatch(ctx, &sqs.SendMessageBatchInput{QueueUrl: aws.String(r.queue), Entries: entries}); err != nil {
+			return err
+		}
+	}
+	deadline := time.Now().Add(10 * time.Minute)
+	for r.w.pushed()-before < n {
+		if time.Now().After(deadline) {
+			return fmt.Errorf("backlog: %d of %d applied in 10 minutes", r.w.pushed()-before, n)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	r.res.Throughput = float64(n) / time.Since(start).Seconds()
+	if r.res.Reference.P50 > 0 {
+		r.res.ThroughputRatio = r.res.Reference.P50 / (1000 / r.res.Throughput)
+	}
+	return nil
 }
 
 // worker is the tenant-worker binary running as a child process.
