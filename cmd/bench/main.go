@@ -20,7 +20,7 @@ func run() int {
 	sizes := flag.String("sizes", "10,1000,10000", "tenants already in the repository, comma-separated")
 	onboard := flag.Int("onboardings", 200, "single onboardings per size")
 	floorN := flag.Int("floor", 100, "floor commits per size")
-	refN := flag.Int("reference", 10, "reference onboardings per size")
+	refN := flag.Int("reference", -1, "reference onboardings per size (-1: as many as -onboardings)")
 	backlog := flag.Int("backlog", 1000, "messages in the backlog run")
 	backlogAt := flag.Int("backlog-at", 1000, "repository size of the backlog run")
 	binary := flag.String("binary", "bin/tenant-worker", "the worker binary")
@@ -28,6 +28,9 @@ func run() int {
 	out := flag.String("out", "bench/results", "folder for the JSON results")
 	flag.Parse()
 
+	if *refN < 0 {
+		*refN = *onboard
+	}
 	opts := bench.Options{Onboard: *onboard, Floor: *floorN, Reference: *refN, Backlog: *backlog, BacklogAt: *backlogAt,
 		Binary: *binary, RefScript: *script}
 	for _, s := range strings.Split(*sizes, ",") {

@@ -181,8 +181,8 @@ func nameEnd(name string, n int, dir bool) byte {
 	}
 }
 
-// search returns where the entry e is or would be inserted in a sorted
-// tree, and whether it is there.
+// search returns where the entry called name (a directory if dir) is or
+// would be inserted in a sorted tree, and whether it is there.
 func (t *dirTree) search(name string, dir bool) (int, bool) {
 	return slices.BinarySearchFunc(t.offs, 0, func(off int32, _ int) int {
 		e, _, _ := parseEntry(t.raw, int(off))

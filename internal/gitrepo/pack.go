@@ -59,31 +59,17 @@ func writePack(w io.Writer, s storer.EncodedObjectStorer, hashes []plumbing.Hash
 		if err != nil {
 			return err
 		}
-		var delta []byte
-		if b, ok := bases[hash]; ok {
-			if bt, bc, err := readObject(s, b); err == nil && bt == typ && len(bc) > 0 {
-				if typ == packTree {
-					delta = treeDelta(bc, content)
-				} else {
-					delta = fileDelta(bc, content)
-				}
+		header, body := objectHeader(typ, len(content)), []byte(nil)
+		if base, ok := bases[hash]; ok {
+			if d := deltaFrom(s, base, typ, content); d != nil {
+				header, body = append(objectHeader(packRefDelta, len(d)), base[:]...), d
 			}
 		}
-		body := []byte(nil)
-		if delta != nil {
-			body = delta
-			if _, err := out.Write(objectHeader(packRefDelta, len(body))); err != nil {
-				return err
-			}
-			b := bases[hash]
-			if _, err := out.Write(b[:]); err != nil {
-				return err
-			}
-		} else {
+		if body == nil {
 			body = []byte(content) // whole objects are the small ones, or a first push
-			if _, err := out.Write(objectHeader(typ, len(body))); err != nil {
-				return err
-			}
+		}
+		if _, err := out.Write(header); err != nil {
+			return err
 		}
 		zw.Reset(out)
 		if _, err := zw.Write(body); err != nil {
@@ -104,7 +90,20 @@ var zlibWriters = sync.Pool{New: func() any {
 	return zw
 }}
 
-// readObject returns an object's pack type and content, for reading only.
+// deltaFrom is a delta turning the object base into content (of pack type
+// typ), or nil when there is none worth sending.
+func deltaFrom(s storer.EncodedObjectStorer, base plumbing.Hash, typ int, content string) []byte {
+	bt, bc, err := readObject(s, base)
+	if err != nil || bt != typ || len(bc) == 0 {
+		return nil
+	}
+	if typ == packTree {
+		return treeDelta(bc, content)
+	}
+	return fileDelta(bc, content)
+}
+
+// readObject returns an object's pack type and content.
 func readObject(s storer.EncodedObjectStorer, hash plumbing.Hash) (int, string, error) {
 	obj, err := s.EncodedObject(plumbing.AnyObject, hash)
 	if err != nil {

@@ -67,8 +67,7 @@ func writeTree(s storer.EncodedObjectStorer, trees *treeCache, base plumbing.Has
 				mode, modeText = e.mode, e.modeText
 			}
 		}
-		log.add(h, prev)
-		log.bytes += int64(len(content))
+		log.add(h, prev, len(content))
 		changed[name] = &treeEntry{name: name, mode: mode, modeText: modeText, hash: h}
 	}
 	for name, sub := range nested {
@@ -108,8 +107,7 @@ func writeTree(s storer.EncodedObjectStorer, trees *treeCache, base plumbing.Has
 	if nt.hash, err = writeObject(s, plumbing.TreeObject, nt.raw); err != nil {
 		return plumbing.ZeroHash, fmt.Errorf("write tree: %w", err)
 	}
-	log.add(nt.hash, base)
-	log.bytes += int64(len(nt.raw))
+	log.add(nt.hash, base, len(nt.raw))
 	trees.put(nt)
 	return nt.hash, nil
 }
@@ -122,8 +120,11 @@ type objectLog struct {
 	bytes  int64 // their content, in all
 }
 
-func (l *objectLog) add(h, base plumbing.Hash) {
+// add records the object h of size bytes, written to replace base (zero
+// for a new object).
+func (l *objectLog) add(h, base plumbing.Hash, size int) {
 	l.hashes = append(l.hashes, h)
+	l.bytes += int64(size)
 	if !base.IsZero() && base != h {
 		if l.bases == nil {
 			l.bases = map[plumbing.Hash]plumbing.Hash{}
