@@ -5,6 +5,9 @@ import (
 	"encoding/hex"
 	"fmt"
 	"io/fs"
+	"math/rand/v2"
+	"os"
+	"slices"
 	"strings"
 	"testing"
 	"testing/fstest"
@@ -147,4 +150,73 @@ func TestDuplicateIndexAcrossChecks(t *testing.T) {
 	// The copy changed to clash with seed-5.
 	m[dup].Data = m[root+"/tenants/premium/seed-5.yaml"].Data
 	check("changed into a duplicate", m, "already registered id")
+}
+
+// TestDuplicateIndexRandomEdits: over random edits of a large folder
+// (tenants added, removed, changed, listed twice, made duplicates of
+// another, anywhere in the list), the kept index judges every tree as a
+// fresh check does.
+func TestDuplicateIndexRandomEdits(t *testing.T) {
+	kpath := root + "/tenants/premium/kustomization.yaml"
+	dir := root + "/tenants/premium/"
+	c := NewChecker(gitops.Layout{Root: root})
+	m := large(t, fullBuildLimit+10)
+	seed := uint64(3)
+	if s := os.Getenv("DUP_SEED"); s != "" {
+		fmt.Sscan(s, &seed)
+	}
+	rng := rand.New(rand.NewPCG(seed, 4))
+	entries := func() []string {
+		var out []string
+		for _, l := range strings.Split(string(m[kpath].Data), "\n") {
+			if e, ok := strings.CutPrefix(l, "  - "); ok {
+				out = append(out, e)
+			}
+		}
+		return out
+	}
+	setEntries := func(es []string) {
+		head, _, _ := strings.Cut(string(m[kpath].Data), "\n  - ")
+		m[kpath].Data = []byte(head + "\n  - " + strings.Join(es, "\n  - "))
+	}
+	next := 0
+	for step := range 60 {
+		es := entries()
+		i := rng.IntN(len(es))
+		switch rng.IntN(5) {
+		case 0: // a new tenant, anywhere in the list
+			id := fmt.Sprintf("new-%d", next)
+			next++
+			m[dir+id+".yaml"] = &fstest.MapFile{Data: []byte(tenant(t, m, "premium", id))}
+			setEntries(slices.Insert(es, i, id+".yaml"))
+		case 1: // a tenant removed
+			if es[i] != "dummy-configmap.yaml" {
+				delete(m, dir+es[i])
+				setEntries(slices.Delete(es, i, i+1))
+			}
+		case 2: // a tenant's content replaced by a fresh tenant's
+			if es[i] != "dummy-configmap.yaml" {
+				m[dir+es[i]] = &fstest.MapFile{Data: []byte(tenant(t, m, "premium", fmt.Sprintf("other-%d", step)))}
+			}
+		case 3: // a tenant's content copied from another: a duplicate
+			j := rng.IntN(len(es))
+			if es[i] != "dummy-configmap.yaml" && es[j] != "dummy-configmap.yaml" && i != j {
+				m[dir+es[i]] = &fstest.MapFile{Data: m[dir+es[j]].Data}
+			}
+		case 4: // an entry listed twice, or a second listing taken out
+			if n := strings.Count(string(m[kpath].Data), "\n  - "+es[i]+"\n"); n > 0 || rng.IntN(2) == 0 {
+				setEntries(slices.Insert(es, rng.IntN(len(es)), es[i]))
+			}
+		}
+		src := indexFS{gitops.FS{FS: m}, m}
+		err := c.CheckDirs(src, []string{kpath})
+		fresh := NewChecker(gitops.Layout{Root: root}).CheckDirs(src, []string{kpath})
+		if (err == nil) != (fresh == nil) {
+			t.Fatalf("step %d: kept index says %v, a fresh check %v", step, err, fresh)
+		}
+		if err != nil && rng.IntN(2) == 0 {
+			// Repair, as a human would: rebuild a clean folder.
+			m = large(t, fullBuildLimit+10+step)
+		}
+	}
 }
