@@ -32,8 +32,10 @@ type sizeRun struct {
 	srv   *gitserver.Server
 	w     *worker
 	queue string
-	watch refWatcher
 }
+
+// watch reports when the worker's branch moves.
+func (s *sizeRun) watch() refWatcher { return refWatcher{srv: s.srv, name: "worker.git"} }
 
 func (s *sizeRun) close() {
 	if s.w != nil {
@@ -128,7 +130,6 @@ func setupSize(ctx context.Context, opts Options, api *sqs.Client, n int) (*size
 	if r.w, err = startWorker(opts.Binary, r.srv.RepoURL("worker.git"), opts.SQSEndpint, queues); err != nil {
 		return r, err
 	}
-	r.watch = refWatcher{srv: r.srv, name: "worker.git"}
 	return r, nil
 }
 
@@ -164,13 +165,13 @@ func onboardings(ctx context.Context, api *sqs.Client, runs []*sizeRun, n int) e
 	ds := make([][]time.Duration, len(runs))
 	for i := range n {
 		for j, r := range runs {
-			old := r.watch.head()
+			old := r.watch().head()
 			body := fmt.Sprintf(`{"tenant_id":"bench-%d","tenant_tier":"premium","release_version":"0.0"}`, i)
 			start := time.Now()
 			if _, err := api.SendMessage(ctx, &sqs.SendMessageInput{QueueUrl: aws.String(r.queue), MessageBody: aws.String(body)}); err != nil {
 				return err
 			}
-			if _, err := r.watch.waitMove(old, 60*time.Second); err != nil {
+			if _, err := r.watch().waitMove(old, 60*time.Second); err != nil {
 				return fmt.Errorf("onboarding %d at %d tenants: %w\n%s", i, r.res.Tenants, err, r.w.tail())
 			}
 			ds[j] = append(ds[j], time.Since(start))

@@ -57,25 +57,23 @@ func Main(args []string, stdout, stderr io.Writer, getenv func(string) string) i
 	}
 }
 
-func runCmd(args []string, stdout, stderr io.Writer, getenv func(string) string) int {
-	fs := flag.NewFlagSet("run", flag.ContinueOnError)
+// newFlags returns the flag set of a command: parse errors go to stderr,
+// and -h or --help prints usage (then the flags) to stdout.
+func newFlags(name, usage string, stdout, stderr io.Writer) *flag.FlagSet {
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	opts := config.Default()
-	opts.Bind(fs, getenv)
 	fs.Usage = func() {
 		fs.SetOutput(stdout)
-		fmt.Fprintf(stdout, `Usage: tenant-worker run [flags]
-
-Consume the three queues and apply each message to the GitOps repository.
-Every flag can also be set by the environment variable named after it. AWS
-settings come the standard SDK way (AWS_REGION, AWS_ENDPOINT_URL_SQS, the
-credentials chain, IRSA). The git token is read only from GIT_TOKEN or
-GIT_TOKEN_FILE.
-
-Flags:
-`)
+		fmt.Fprint(stdout, usage)
 		fs.PrintDefaults()
 	}
+	return fs
+}
+
+func runCmd(args []string, stdout, stderr io.Writer, getenv func(string) string) int {
+	fs := newFlags("run", runUsage, stdout, stderr)
+	opts := config.Default()
+	opts.Bind(fs, getenv)
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return 0
@@ -136,3 +134,14 @@ func Version() string {
 	}
 	return rev
 }
+
+const runUsage = `Usage: tenant-worker run [flags]
+
+Consume the three queues and apply each message to the GitOps repository.
+Every flag can also be set by the environment variable named after it. AWS
+settings come the standard SDK way (AWS_REGION, AWS_ENDPOINT_URL_SQS, the
+credentials chain, IRSA). The git token is read only from GIT_TOKEN or
+GIT_TOKEN_FILE.
+
+Flags:
+`

@@ -2,7 +2,6 @@ package cli
 
 import (
 	"context"
-	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -22,29 +21,11 @@ import (
 )
 
 func planCmd(args []string, stdout, stderr io.Writer, getenv func(string) string) int {
-	fs := flag.NewFlagSet("plan", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs := newFlags("plan", planUsage, stdout, stderr)
 	opts := config.Default()
 	opts.BindGroups(fs, getenv, config.Git)
 	var req requestFlags
 	req.bind(fs)
-	fs.Usage = func() {
-		fs.SetOutput(stdout)
-		fmt.Fprintf(stdout, `Usage: tenant-worker plan onboarding|offboarding|deployment [flags]
-
-Run the worker's pipeline on a message without pushing: clone the branch,
-render the change, commit it in memory and check it the way Flux will read
-it (kustomize build, HelmRelease decoding), then print the diff it would
-push. Exit 0 with a diff or "nothing to change", 1 if the worker would
-refuse the message (the reason is printed), 2 for bad flags.
-
-Example:
-  tenant-worker plan onboarding --tenant-id tenant-1 --tier premium --release 0.0
-
-Flags:
-`)
-		fs.PrintDefaults()
-	}
 	kind, code, done := parseKind(fs, args, stderr)
 	if done {
 		return code
@@ -109,3 +90,17 @@ func openRepo(ctx context.Context, cmd string, opts config.Options, line *progre
 	}
 	return repo, 0
 }
+
+const planUsage = `Usage: tenant-worker plan onboarding|offboarding|deployment [flags]
+
+Run the worker's pipeline on a message without pushing: clone the branch,
+render the change, commit it in memory and check it the way Flux will read
+it (kustomize build, HelmRelease decoding), then print the diff it would
+push. Exit 0 with a diff or "nothing to change", 1 if the worker would
+refuse the message (the reason is printed), 2 for bad flags.
+
+Example:
+  tenant-worker plan onboarding --tenant-id tenant-1 --tier premium --release 0.0
+
+Flags:
+`

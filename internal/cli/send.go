@@ -25,8 +25,7 @@ import (
 )
 
 func sendCmd(args []string, stdout, stderr io.Writer, getenv func(string) string) int {
-	fs := flag.NewFlagSet("send", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs := newFlags("send", sendUsage, stdout, stderr)
 	opts := config.Default()
 	opts.BindGroups(fs, getenv, config.Queues)
 	var req requestFlags
@@ -34,24 +33,6 @@ func sendCmd(args []string, stdout, stderr io.Writer, getenv func(string) string
 	wait := fs.Bool("wait", false, "wait for the result event on RESULTS_QUEUE; exit 1 unless the change is applied or already done")
 	timeout := fs.Duration("timeout", 5*time.Minute, "how long --wait waits")
 	asJSON := fs.Bool("json", false, "print the result event as JSON (with --wait)")
-	fs.Usage = func() {
-		fs.SetOutput(stdout)
-		fmt.Fprintf(stdout, `Usage: tenant-worker send onboarding|offboarding|deployment [flags]
-
-Send a tenant message to its queue, as the reference's tenant-control.sh
-does, and print its message id. The message is checked first: a bad one is
-refused here, and nothing is sent. With --wait, wait for the worker's result
-event (RESULTS_QUEUE must be set, for the worker too) and print the outcome.
-
-Examples:
-  tenant-worker send onboarding --tenant-id tenant-1 --tier premium --release 0.0 --wait
-  tenant-worker send deployment --tier basic --release 1.0
-  tenant-worker send offboarding --tenant-id tenant-1 --tier premium
-
-Flags:
-`)
-		fs.PrintDefaults()
-	}
 	kind, code, done := parseKind(fs, args, stderr)
 	if done {
 		return code
@@ -168,3 +149,18 @@ func parse(fs *flag.FlagSet, args []string) (code int, done bool) {
 	_ = fs.Parse(append([]string{"--"}, positional...))
 	return 0, false
 }
+
+const sendUsage = `Usage: tenant-worker send onboarding|offboarding|deployment [flags]
+
+Send a tenant message to its queue, as the reference's tenant-control.sh
+does, and print its message id. The message is checked first: a bad one is
+refused here, and nothing is sent. With --wait, wait for the worker's result
+event (RESULTS_QUEUE must be set, for the worker too) and print the outcome.
+
+Examples:
+  tenant-worker send onboarding --tenant-id tenant-1 --tier premium --release 0.0 --wait
+  tenant-worker send deployment --tier basic --release 1.0
+  tenant-worker send offboarding --tenant-id tenant-1 --tier premium
+
+Flags:
+`

@@ -3,7 +3,6 @@ package cli
 import (
 	"context"
 	"encoding/json"
-	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -20,25 +19,11 @@ import (
 )
 
 func tenantsCmd(args []string, stdout, stderr io.Writer, getenv func(string) string) int {
-	fs := flag.NewFlagSet("tenants", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs := newFlags("tenants", tenantsUsage, stdout, stderr)
 	opts := config.Default()
 	opts.BindGroups(fs, getenv, config.Git)
 	asJSON := fs.Bool("json", false, "print JSON instead of a table")
 	tier := fs.String("tier", "", "only this tier")
-	fs.Usage = func() {
-		fs.SetOutput(stdout)
-		fmt.Fprintf(stdout, `Usage: tenant-worker tenants [flags]
-
-List the tiers and tenants of the GitOps repository's branch, with the chart
-version each HelmRelease asks for and the image tags on its $imagepolicy
-lines. STATE is ok, or says which of the tenant file and the kustomization
-entry is missing.
-
-Flags:
-`)
-		fs.PrintDefaults()
-	}
 	code, done := parse(fs, args)
 	if done {
 		return code
@@ -129,3 +114,13 @@ func orDash(s string) string {
 	}
 	return s
 }
+
+const tenantsUsage = `Usage: tenant-worker tenants [flags]
+
+List the tiers and tenants of the GitOps repository's branch, with the chart
+version each HelmRelease asks for and the image tags on its $imagepolicy
+lines. STATE is ok, or says which of the tenant file and the kustomization
+entry is missing.
+
+Flags:
+`

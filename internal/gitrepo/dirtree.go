@@ -40,16 +40,12 @@ type treeEntry struct {
 
 // kind is the entry's mode as git reads it (for example 100664, written by
 // old versions of git, is a regular file).
-func (e treeEntry) kind() filemode.FileMode { return kindOf(e.mode) }
-
-func (e treeEntry) isDir() bool { return e.kind() == filemode.Dir }
-
-func kindOf(mode filemode.FileMode) filemode.FileMode {
-	switch mode & 0o170000 {
+func (e treeEntry) kind() filemode.FileMode {
+	switch e.mode & 0o170000 {
 	case 0o040000:
 		return filemode.Dir
 	case 0o100000:
-		if mode&0o111 != 0 {
+		if e.mode&0o111 != 0 {
 			return filemode.Executable
 		}
 		return filemode.Regular
@@ -59,6 +55,8 @@ func kindOf(mode filemode.FileMode) filemode.FileMode {
 		return filemode.Submodule
 	}
 }
+
+func (e treeEntry) isDir() bool { return e.kind() == filemode.Dir }
 
 var errMalformedTree = errors.New("malformed tree")
 

@@ -153,16 +153,16 @@ func treeDelta(base, target string) []byte {
 	d.d.Write(varint(len(target)))
 	bi, ti := 0, 0
 	for ti < len(target) {
-		tn, tdir, tend, ok := rawEntry(target, ti)
-		if !ok {
+		te, tend, err := parseEntry(target, ti)
+		if err != nil {
 			return nil
 		}
 		if bi < len(base) {
-			bn, bdir, bend, ok := rawEntry(base, bi)
-			if !ok {
+			be, bend, err := parseEntry(base, bi)
+			if err != nil {
 				return nil
 			}
-			c := compareNames(bn, bdir, tn, tdir)
+			c := compareEntries(be, te)
 			if c < 0 { // removed from base
 				bi = bend
 				continue
@@ -212,16 +212,6 @@ func fileDelta(base, target string) []byte {
 		return nil
 	}
 	return out
-}
-
-// rawEntry parses the tree entry at off of a tree's content: its name,
-// whether it is a directory, and where the next entry starts.
-func rawEntry(tree string, off int) (name string, dir bool, next int, ok bool) {
-	e, next, err := parseEntry(tree, off)
-	if err != nil {
-		return "", false, 0, false
-	}
-	return e.name, e.isDir(), next, true
 }
 
 // deltaWriter builds a git delta, merging adjacent copies and inserts.

@@ -32,7 +32,7 @@ type block struct {
 // Resources returns the entries of the top-level resources list. The
 // caller must not modify the slice: the entries of large files are cached.
 func Resources(content []byte) ([]string, error) {
-	p, err := read(content)
+	p, _, err := read(content)
 	return p.block.values, err
 }
 
@@ -56,37 +56,38 @@ type parsedFile struct {
 	block block
 }
 
-// read splits and parses content, from the cache for large files.
-func read(content []byte) (parsedFile, error) {
+// read splits and parses content, from the cache for large files. It
+// returns the content's hash too, which the verified set is keyed by.
+func read(content []byte) (parsedFile, [32]byte, error) {
+	sum := sha256.Sum256(content)
 	if len(content) < cacheFrom {
 		lines := splitLines(content)
 		b, err := parse(lines)
-		return parsedFile{lines, b}, err
+		return parsedFile{lines, b}, sum, err
 	}
-	sum := sha256.Sum256(content)
 	if p, ok := parsed.get(sum); ok {
-		return p, nil
+		return p, sum, nil
 	}
 	lines := splitLines(content)
 	b, err := parse(lines)
 	if err != nil {
-		return parsedFile{}, err
+		return parsedFile{}, sum, err
 	}
 	p := parsedFile{lines, b}
 	parsed.put(sum, p)
-	return p, nil
+	return p, sum, nil
 }
 
 // edit is read for a caller that changes the lines or the entries: its
 // copy shares nothing with the cache.
-func edit(content []byte) ([]string, block, error) {
-	p, err := read(content)
+func edit(content []byte) ([]string, block, [32]byte, error) {
+	p, sum, err := read(content)
 	if err != nil {
-		return nil, block{}, err
+		return nil, block{}, sum, err
 	}
 	b := p.block
 	b.items, b.values = slices.Clone(b.items), slices.Clone(b.values)
-	return slices.Clone(p.lines), b, nil
+	return slices.Clone(p.lines), b, sum, nil
 }
 
 // parseCache keeps the last few large files read.
@@ -120,7 +121,7 @@ func (c *parseCache) put(sum [32]byte, v parsedFile) {
 // Add appends entry to the resources list unless it is already there. It
 // reports whether the content changed.
 func Add(content []byte, entry string) ([]byte, bool, error) {
-	lines, b, err := edit(content)
+	lines, b, sum, err := edit(content)
 	if err != nil {
 		return nil, false, err
 	}
@@ -146,7 +147,8 @@ func Add(content []byte, entry string) ([]byte, bool, error) {
 	}
 	out := []byte(strings.Join(lines, ""))
 	want := append(b.values, entry)
-	if len(b.items) > 0 && verified.has(content) {
+	outSum := sha256.Sum256(out)
+	if len(b.items) > 0 && verified.has(sum) {
 		// The file was checked as YAML before; the edit adds one line after
 		// its last entry. Checking that line in that context is enough.
 		last := b.items[len(b.items)-1]
@@ -154,16 +156,16 @@ func Add(content []byte, entry string) ([]byte, bool, error) {
 		if err := verify([]byte(local), []string{b.values[len(b.values)-1], entry}); err != nil {
 			return nil, false, err
 		}
-		verified.add(out)
-		remember(out, lines, b, want)
+		verified.add(outSum)
+		remember(out, outSum, lines, b, want)
 		return out, true, nil
 	}
 	if err := verify(out, want); err != nil {
 		return nil, false, err
 	}
-	verified.add(out)
+	verified.add(outSum)
 	if len(b.items) > 0 {
-		remember(out, lines, b, want)
+		remember(out, outSum, lines, b, want)
 	}
 	return out, true, nil
 }
@@ -173,7 +175,7 @@ func Add(content []byte, entry string) ([]byte, bool, error) {
 // reader of a large file (the check of the commit that holds it) does not
 // parse it again. The new line is parsed on its own and must give that
 // entry; on any doubt nothing is cached.
-func remember(out []byte, lines []string, b block, values []string) {
+func remember(out []byte, sum [32]byte, lines []string, b block, values []string) {
 	if len(out) < cacheFrom {
 		return
 	}
@@ -184,7 +186,7 @@ func remember(out []byte, lines []string, b block, values []string) {
 	}
 	b.items = append(b.items, last+1)
 	b.values = values
-	parsed.put(sha256.Sum256(out), parsedFile{lines, b})
+	parsed.put(sum, parsedFile{lines, b})
 }
 
 // Remove deletes every occurrence of entry from the resources list. It
@@ -196,7 +198,7 @@ func Remove(content []byte, entry string) ([]byte, bool, error) {
 // Filter keeps the entries of the resources list for which keep is true, in
 // one pass. It reports whether the content changed.
 func Filter(content []byte, keep func(entry string) bool) ([]byte, bool, error) {
-	p, err := read(content)
+	p, sum, err := read(content)
 	if err != nil {
 		return nil, false, err
 	}
@@ -238,16 +240,17 @@ func Filter(content []byte, keep func(entry string) bool) ([]byte, bool, error) 
 	}
 	text := sb.String()
 	out := []byte(text)
-	if verified.has(content) {
+	outSum := sha256.Sum256(out)
+	if verified.has(sum) {
 		// Whole entry lines left a list checked as YAML before: the rest of
 		// the list, and of the file, means what it meant.
-		verified.add(out)
+		verified.add(outSum)
 		return out, true, nil
 	}
 	if err := verify(out, kept); err != nil {
 		return nil, false, err
 	}
-	verified.add(out)
+	verified.add(outSum)
 	return out, true, nil
 }
 
@@ -341,7 +344,7 @@ func unquote(s string) string {
 // its edited lines checked.
 var verified = newHashSet(256)
 
-// hashSet is a bounded set of content hashes, safe for concurrent use; when
+// hashSet is a bounded set of content hashes (SHA-256), safe for concurrent use; when
 // full, the oldest half is forgotten.
 type hashSet struct {
 	mu    sync.Mutex
@@ -354,16 +357,14 @@ func newHashSet(limit int) *hashSet {
 	return &hashSet{limit: limit, seen: map[[32]byte]int{}}
 }
 
-func (h *hashSet) has(content []byte) bool {
-	sum := sha256.Sum256(content)
+func (h *hashSet) has(sum [32]byte) bool {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	_, ok := h.seen[sum]
 	return ok
 }
 
-func (h *hashSet) add(content []byte) {
-	sum := sha256.Sum256(content)
+func (h *hashSet) add(sum [32]byte) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.n++
