@@ -2,6 +2,7 @@ package integration
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"net/http"
 	"os"
@@ -71,9 +72,19 @@ func (h *harness) spawn(shared *syncBuffer, extraEnv ...string) *process {
 // spawnIn is spawn with the clone kept in cloneDir ("" keeps it in memory).
 func (h *harness) spawnIn(cloneDir string, shared *syncBuffer, extraEnv ...string) *process {
 	h.t.Helper()
+	p, err := h.launch(cloneDir, shared, extraEnv...)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	return p
+}
+
+// launch starts a worker process as spawnIn does and reports a failure to
+// start as an error, so that goroutines other than the test's may call it.
+func (h *harness) launch(cloneDir string, shared *syncBuffer, extraEnv ...string) (*process, error) {
 	tokenFile := filepath.Join(h.t.TempDir(), "git-token")
 	if err := os.WriteFile(tokenFile, []byte(token+"\n"), 0o600); err != nil {
-		h.t.Fatal(err)
+		return nil, err
 	}
 	cmd := exec.Command(workerBinary(h.t), "run")
 	cmd.Env = append([]string{
@@ -96,7 +107,7 @@ func (h *harness) spawnIn(cloneDir string, shared *syncBuffer, extraEnv ...strin
 	}
 	cmd.Stdout, cmd.Stderr = out, out
 	if err := cmd.Start(); err != nil {
-		h.t.Fatal(err)
+		return nil, err
 	}
 	go func() { p.done <- cmd.Wait() }()
 	h.t.Cleanup(func() {
@@ -106,11 +117,11 @@ func (h *harness) spawnIn(cloneDir string, shared *syncBuffer, extraEnv ...strin
 	deadline := time.Now().Add(20 * time.Second)
 	for len(p.logs.lines("message", "consuming queue")) < 3 {
 		if time.Now().After(deadline) {
-			h.t.Fatalf("worker did not start:\n%s", p.logs.String())
+			return nil, fmt.Errorf("worker did not start:\n%s", p.logs.String())
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	return p
+	return p, nil
 }
 
 // stopped waits for the process to exit and returns its error.

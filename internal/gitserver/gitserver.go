@@ -117,16 +117,12 @@ func (s *Server) SetHook(h Hook) {
 // ServeHTTP checks the token, runs the hook and hands the request to git.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	defer s.track()()
-	user := "anonymous"
 	if s.token != "" {
-		u, pass, ok := r.BasicAuth()
+		_, pass, ok := r.BasicAuth()
 		if !ok || subtle.ConstantTimeCompare([]byte(pass), []byte(s.token)) != 1 {
 			w.Header().Set("WWW-Authenticate", `Basic realm="git"`)
 			http.Error(w, "authentication required", http.StatusUnauthorized)
 			return
-		}
-		if u != "" {
-			user = u
 		}
 	}
 	s.mu.Lock()
@@ -134,6 +130,17 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	s.mu.Unlock()
 	if hook != nil && !hook(w, r) {
 		return
+	}
+	s.Backend(w, r)
+}
+
+// Backend hands a request to git http-backend as the authenticated user,
+// bypassing the hook: a hook calls it to act after git has answered (for
+// example, once the branch was updated but before the client hears so).
+func (s *Server) Backend(w http.ResponseWriter, r *http.Request) {
+	user, _, ok := r.BasicAuth()
+	if !ok || user == "" || s.token == "" {
+		user = "anonymous"
 	}
 	h := &cgi.Handler{
 		Path: s.backend,
@@ -210,27 +217,59 @@ func (s *Server) Output(name string, args ...string) (string, error) {
 }
 
 // WriteFile commits content at path on branch of repository name directly
-// on disk, as another writer (a person, or Flux image automation) would.
+// in the bare repository, as another writer (a person, or Flux image
+// automation) would. It builds the commit with git's plumbing (no clone)
+// and moves the branch with a compare-and-swap, trying again when another
+// writer moved it in between.
 func (s *Server) WriteFile(name, branch, path, content, msg string) error {
-	work, err := os.MkdirTemp("", "gitserver-writer-")
+	index, err := os.CreateTemp("", "gitserver-index-")
 	if err != nil {
 		return err
 	}
-	defer os.RemoveAll(work)
-	if err := git("", "clone", "-q", "-b", branch, s.RepoPath(name), work); err != nil {
+	index.Close()
+	defer os.Remove(index.Name())
+	ref := "refs/heads/" + branch
+	run := func(stdin string, args ...string) (string, error) {
+		cmd := exec.Command("git", append([]string{"--git-dir", s.RepoPath(name)}, args...)...)
+		cmd.Env = append(os.Environ(), "GIT_INDEX_FILE="+index.Name(),
+			"GIT_AUTHOR_NAME=writer", "GIT_AUTHOR_EMAIL=writer@example.com",
+			"GIT_COMMITTER_NAME=writer", "GIT_COMMITTER_EMAIL=writer@example.com")
+		cmd.Stdin = strings.NewReader(stdin)
+		out, err := cmd.Output()
+		if err != nil {
+			var stderr []byte
+			if ee, ok := err.(*exec.ExitError); ok {
+				stderr = ee.Stderr
+			}
+			return "", fmt.Errorf("git %s: %w: %s", strings.Join(args, " "), err, stderr)
+		}
+		return strings.TrimSpace(string(out)), nil
+	}
+	blob, err := run(content, "hash-object", "-w", "--stdin")
+	if err != nil {
 		return err
 	}
-	full := filepath.Join(work, filepath.FromSlash(path))
-	if err := os.MkdirAll(filepath.Dir(full), 0o755); err != nil {
-		return err
-	}
-	if err := os.WriteFile(full, []byte(content), 0o644); err != nil {
-		return err
-	}
-	for _, args := range [][]string{{"add", "-A"}, {"commit", "-q", "-m", msg}, {"push", "-q", "origin", branch}} {
-		if err := git(work, args...); err != nil {
+	for attempt := 0; ; attempt++ {
+		head, err := run("", "rev-parse", "--verify", ref)
+		if err != nil {
+			return err
+		}
+		if _, err := run("", "read-tree", head); err != nil {
+			return err
+		}
+		if _, err := run("", "update-index", "--add", "--cacheinfo", "100644,"+blob+","+path); err != nil {
+			return err
+		}
+		tree, err := run("", "write-tree")
+		if err != nil {
+			return err
+		}
+		commit, err := run(msg, "commit-tree", tree, "-p", head)
+		if err != nil {
+			return err
+		}
+		if _, err = run("", "update-ref", ref, commit, head); err == nil || attempt == 20 {
 			return err
 		}
 	}
-	return nil
 }

@@ -1,0 +1,342 @@
+package integration
+
+import (
+	"bytes"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// fault is a fault the fault run injects at a point of the git protocol,
+// never at a moment of the wall clock: the git server's hook counts the
+// workers' pushes and acts on chosen ones.
+type fault string
+
+const (
+	// The worker is SIGKILLed while the server holds its push, before git
+	// sees it: the branch does not move, the messages come back.
+	faultKillHeld fault = "sigkill_push_held"
+	// git updates the branch, then the worker is SIGKILLed before it hears
+	// so: its messages come back and must be recognised as applied.
+	faultKillAfterUpdate fault = "sigkill_after_branch_moved"
+	// Another writer commits just before git receives the push: a lost race.
+	faultRace fault = "lost_race"
+	// A second replica starts, and later stops with SIGTERM.
+	faultReplicaStart fault = "replica_started"
+	faultReplicaStop  fault = "replica_stopped"
+	// The server answers HTTP 500 without touching the branch.
+	fault500 fault = "http_500"
+	// The server holds a push past the worker's git timeout (4 s).
+	faultStall fault = "stall_past_timeout"
+)
+
+// faultPlan is what happens at which push of the workers (counted from 1).
+// Every fault lies within the first 120 pushes, which phase 1 always needs.
+var faultPlan = map[int64]fault{
+	4: faultKillHeld, 12: faultReplicaStart, 18: faultKillAfterUpdate, 26: faultRace,
+	33: faultKillHeld, 41: faultKillAfterUpdate, 48: faultRace, 56: faultKillHeld,
+	64: faultKillAfterUpdate, 72: faultReplicaStop, 80: faultRace,
+}
+
+// plannedFaults counts the faults every run must inject: the plan's, HTTP
+// 500 on every push numbered 7 mod 10 and a stall on every 40th, up to push
+// 100.
+func plannedFaults() map[fault]int {
+	want := map[fault]int{}
+	for _, f := range faultPlan {
+		want[f]++
+	}
+	for n := int64(1); n <= 100; n++ {
+		switch {
+		case !regular(n):
+		case n%10 == 7:
+			want[fault500]++
+		default:
+			want[faultStall]++
+		}
+	}
+	return want
+}
+
+// regular reports whether push n gets one of the regular faults: HTTP 500
+// on pushes numbered 7 mod 10, a stall on every 40th, up to push 100, where
+// the plan has nothing else.
+func regular(n int64) bool {
+	_, planned := faultPlan[n]
+	return !planned && n <= 100 && (n%10 == 7 || n%40 == 0)
+}
+
+// chaos runs the workers of the fault run and injects the faults.
+type chaos struct {
+	h    *harness
+	logs *syncBuffer
+	env  []string
+
+	pushes atomic.Int64 // pushes by workers that reached the server
+
+	mu       sync.Mutex
+	procs    map[string]*process // by git user name
+	replica  string              // the second replica's name, while it runs
+	seq      int
+	carried  []fault // faults moved to a later push
+	injected map[fault]int
+	observed map[fault]int
+	wg       sync.WaitGroup
+	stopping bool
+	errs     []error
+}
+
+func newChaos(h *harness, logs *syncBuffer, env []string) *chaos {
+	return &chaos{h: h, logs: logs, env: env, procs: map[string]*process{},
+		injected: map[fault]int{}, observed: map[fault]int{}}
+}
+
+// start runs the first worker.
+func (c *chaos) start() {
+	c.h.t.Helper()
+	if err := c.spawn(false); err != nil {
+		c.h.t.Fatal(err)
+	}
+}
+
+// spawn starts a worker under a new git user name.
+func (c *chaos) spawn(replica bool) error {
+	c.mu.Lock()
+	if c.stopping {
+		c.mu.Unlock()
+		return nil
+	}
+	c.seq++
+	name := fmt.Sprintf("worker-%d", c.seq)
+	c.mu.Unlock()
+	// Each keeps its clone in memory (the default), so a restart clones again.
+	p, err := c.h.launch("", c.logs, append([]string{"GIT_USERNAME=" + name}, c.env...)...)
+	if err != nil {
+		return err
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.procs[name] = p
+	if replica {
+		c.replica = name
+	}
+	return nil
+}
+
+// background runs fn beside the git request that triggered it; an error is
+// reported when the run ends.
+func (c *chaos) background(fn func() error) {
+	c.wg.Go(func() {
+		if err := fn(); err != nil {
+			c.mu.Lock()
+			c.errs = append(c.errs, err)
+			c.mu.Unlock()
+		}
+	})
+}
+
+func (c *chaos) count(f fault, observed bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.injected[f]++
+	if observed {
+		c.observed[f]++
+	}
+}
+
+// kill SIGKILLs the worker that pushes as user and waits for it to exit;
+// it reports whether it did. A replacement starts in the background.
+func (c *chaos) kill(user string) bool {
+	c.mu.Lock()
+	p := c.procs[user]
+	delete(c.procs, user)
+	replica := user == c.replica
+	if replica {
+		c.replica = ""
+	}
+	c.mu.Unlock()
+	if p == nil {
+		return false
+	}
+	_ = p.cmd.Process.Kill()
+	_, exited := p.stopped(10 * time.Second)
+	c.background(func() error { return c.spawn(replica) })
+	return exited
+}
+
+// hook sees every request to the git server.
+func (c *chaos) hook(w http.ResponseWriter, r *http.Request) bool {
+	user, _, _ := r.BasicAuth()
+	if !strings.HasPrefix(user, "worker-") || r.Method != http.MethodPost || !strings.HasSuffix(r.URL.Path, "git-receive-pack") {
+		return true
+	}
+	// Read the whole pack first: the server then notices a client that
+	// gives up (a stall past its timeout).
+	body, err := io.ReadAll(r.Body)
+	if err != nil {
+		return false
+	}
+	r.Body = io.NopCloser(bytes.NewReader(body))
+	n := c.pushes.Add(1)
+	f := faultPlan[n]
+	if f == "" && !regular(n) {
+		f = c.takeCarried()
+	}
+	switch f {
+	case faultKillHeld:
+		c.count(f, c.kill(user))
+		http.Error(w, "worker killed while its push was held", http.StatusBadGateway)
+		return false
+	case faultKillAfterUpdate:
+		rec := c.serve(r)
+		if bytes.Contains(rec.Body.Bytes(), []byte("ok refs/heads/main")) {
+			c.count(f, c.kill(user))
+		} else {
+			c.carry(f) // this push lost a race of its own: kill after the next one
+		}
+		copyResponse(w, rec)
+		return false
+	case faultRace:
+		if err := c.foreignCommit(n); err != nil {
+			c.carry(f)
+			return true
+		}
+		rec := c.serve(r)
+		c.count(f, bytes.Contains(rec.Body.Bytes(), []byte("ng refs/heads/main")))
+		copyResponse(w, rec)
+		return false
+	case faultReplicaStart:
+		c.count(f, true)
+		c.background(func() error { return c.spawn(true) })
+	case faultReplicaStop:
+		c.mu.Lock()
+		name := c.replica
+		p := c.procs[name]
+		delete(c.procs, name)
+		c.replica = ""
+		c.mu.Unlock()
+		if p != nil {
+			c.background(func() error {
+				_ = p.cmd.Process.Signal(syscall.SIGTERM)
+				err, exited := p.stopped(20 * time.Second)
+				c.count(faultReplicaStop, exited && err == nil)
+				return nil
+			})
+		} else {
+			c.count(faultReplicaStop, false)
+		}
+	default:
+		if !regular(n) {
+			return true
+		}
+		switch {
+		case n%10 == 7:
+			c.count(fault500, true)
+			http.Error(w, "injected failure", http.StatusInternalServerError)
+			return false
+		case n%40 == 0:
+			// Longer than the worker's git timeout: it must give up first.
+			select {
+			case <-r.Context().Done():
+				c.count(faultStall, true)
+			case <-time.After(12 * time.Second):
+				c.count(faultStall, false)
+			}
+			return false
+		}
+	}
+	return true
+}
+
+// carry moves a fault that could not take effect to the next push.
+func (c *chaos) carry(f fault) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.carried = append(c.carried, f)
+}
+
+func (c *chaos) takeCarried() fault {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if len(c.carried) == 0 {
+		return ""
+	}
+	f := c.carried[0]
+	c.carried = c.carried[1:]
+	return f
+}
+
+// foreignCommit commits to the branch directly in the bare repository, as
+// another writer whose push lands first.
+func (c *chaos) foreignCommit(n int64) error {
+	return c.h.git.WriteFile(repoName, "main", "unrelated/race.txt", fmt.Sprintf("push %d\n", n), fmt.Sprintf("Foreign commit racing push %d", n))
+}
+
+// serve lets git answer r and records the answer.
+func (c *chaos) serve(r *http.Request) *httptest.ResponseRecorder {
+	rec := httptest.NewRecorder()
+	c.h.git.Backend(rec, r)
+	return rec
+}
+
+func copyResponse(w http.ResponseWriter, rec *httptest.ResponseRecorder) {
+	for k, v := range rec.Header() {
+		w.Header()[k] = v
+	}
+	w.WriteHeader(rec.Code)
+	_, _ = w.Write(rec.Body.Bytes())
+}
+
+// stop ends chaos and stops every worker with SIGTERM.
+func (c *chaos) stop() {
+	t := c.h.t
+	t.Helper()
+	c.mu.Lock()
+	c.stopping = true
+	c.mu.Unlock()
+	c.wg.Wait()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, p := range c.procs {
+		_ = p.cmd.Process.Signal(syscall.SIGTERM)
+		if err, ok := p.stopped(20 * time.Second); !ok || err != nil {
+			t.Errorf("worker exit: %v (exited %v)", err, ok)
+		}
+	}
+	for _, err := range c.errs {
+		t.Error(err)
+	}
+}
+
+// report lists each fault as injected/observed.
+func (c *chaos) report() string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var parts []string
+	for f := range plannedFaults() {
+		parts = append(parts, fmt.Sprintf("%s %d/%d", f, c.injected[f], c.observed[f]))
+	}
+	slices.Sort(parts)
+	return strings.Join(parts, ", ")
+}
+
+// check fails the test unless every planned fault was injected the planned
+// number of times and was seen to take effect.
+func (c *chaos) check(t *testing.T) {
+	t.Helper()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for f, n := range plannedFaults() {
+		if c.injected[f] != n || c.observed[f] != n {
+			t.Errorf("fault %s: planned %d, injected %d, observed %d", f, n, c.injected[f], c.observed[f])
+		}
+	}
+}
