@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
-	"strings"
 
 	"github.com/go-git/go-git/v5/plumbing/transport"
 )
@@ -28,27 +27,20 @@ func IsConflict(err error) bool { return errors.Is(err, ErrConflict) }
 // IsAuth reports whether err is an authentication failure.
 func IsAuth(err error) bool { return errors.Is(err, ErrAuth) }
 
-// classify maps go-git's errors to the sentinels. go-git reports a lost race
-// as plain text ("non-fast-forward update: ..."), and git's receive-pack as a
-// ref-update failure, so this is the one place that reads error text.
+// classify maps go-git's errors to the sentinels for credentials and
+// timeouts. A lost race is not read from error text: Push decides it from
+// the branch on the server.
 func classify(op string, err error) error {
 	if err == nil {
 		return nil
 	}
-	msg := err.Error()
 	switch {
+	case errors.Is(err, ErrConflict):
+		return fmt.Errorf("%s: %w", op, err)
 	case errors.Is(err, transport.ErrAuthenticationRequired), errors.Is(err, transport.ErrAuthorizationFailed):
 		return fmt.Errorf("%s: %w", op, ErrAuth)
 	case errors.Is(err, context.DeadlineExceeded):
 		return fmt.Errorf("%s: %w: %v", op, ErrTimeout, err)
-	case strings.Contains(msg, "non-fast-forward"),
-		strings.Contains(msg, "required to be"), // RequireRemoteRefs
-		strings.Contains(msg, "fetch first"),
-		strings.Contains(msg, "failed to lock"),
-		strings.Contains(msg, "failed to update ref"),
-		strings.Contains(msg, "cannot lock ref"),
-		strings.Contains(msg, "stale info"):
-		return fmt.Errorf("%s: %w: %v", op, ErrConflict, err)
 	}
 	return fmt.Errorf("%s: %w", op, err)
 }

@@ -2,10 +2,12 @@ package gitrepo
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"maps"
 
+	"github.com/go-git/go-git/v5"
 	"github.com/go-git/go-git/v5/plumbing"
 	"github.com/go-git/go-git/v5/plumbing/format/packfile"
 	"github.com/go-git/go-git/v5/plumbing/protocol/packp"
@@ -64,16 +66,17 @@ func (r *Repo) newObjects(parent, tip plumbing.Hash) ([]plumbing.Hash, map[plumb
 // parent (a compare-and-swap: never a force push). A lost race is
 // ErrConflict. The pack sent holds only the objects this Repo wrote for the
 // new commits, so its cost follows the size of the change, not the history.
+//
+// What happened is decided by the server's state, not by the wording of its
+// answer: after a push that failed, or whose report did not come, the
+// branch is read back. At commit, the push landed; moved elsewhere, another
+// writer won the race; still at parent, the push failed.
 func (r *Repo) Push(ctx context.Context, parent, commit plumbing.Hash) error {
-	ctx, cancel := context.WithTimeout(ctx, r.opts.Timeout)
-	defer cancel()
-	hashes, bases, ok := r.newObjects(parent, commit)
-	if !ok || r.opts.WalkingPush {
-		return r.pushWalking(ctx, parent, commit)
-	}
-	err := r.sendPack(ctx, parent, commit, hashes, bases)
+	err := r.send(ctx, parent, commit)
 	if err != nil {
-		err = classify("push "+r.opts.URL, err)
+		err = r.decide(ctx, parent, commit, classify("push "+r.opts.URL, err))
+	}
+	if err != nil {
 		if !IsConflict(err) {
 			r.mu.Lock()
 			r.receiveCaps = nil // ask again next time
@@ -98,6 +101,70 @@ func (r *Repo) Push(ctx context.Context, parent, commit plumbing.Hash) error {
 	return r.maybeCompact()
 }
 
+// errNoReport: the server accepted the request but reported nothing.
+var errNoReport = errors.New("the server sent no report on the push")
+
+// send pushes within the git timeout: a thin pack of the objects this Repo
+// wrote, or go-git's own push for commits it did not write.
+func (r *Repo) send(ctx context.Context, parent, commit plumbing.Hash) error {
+	ctx, cancel := context.WithTimeout(ctx, r.opts.Timeout)
+	defer cancel()
+	hashes, bases, ok := r.newObjects(parent, commit)
+	if !ok || r.opts.WalkingPush {
+		return r.pushWalking(ctx, parent, commit)
+	}
+	return r.sendPack(ctx, parent, commit, hashes, bases)
+}
+
+// decide reads the branch back after a push that did not clearly succeed
+// and says what the push did (see Push).
+func (r *Repo) decide(ctx context.Context, parent, commit plumbing.Hash, pushErr error) error {
+	if IsAuth(pushErr) || IsConflict(pushErr) {
+		return pushErr // refused before anything was sent, or seen in the advertisement
+	}
+	remote, err := r.RemoteHead(ctx)
+	switch {
+	case err != nil:
+		return errors.Join(pushErr, fmt.Errorf("read the branch back: %w", err))
+	case remote == commit:
+		return nil // the push landed; only its report was lost
+	case remote == parent:
+		return pushErr
+	default:
+		return fmt.Errorf("%w: %s is at %s, not %s: %v", ErrConflict, r.opts.Branch, remote, parent, pushErr)
+	}
+}
+
+// RemoteHead reads the branch's commit on the server (zero when the branch
+// does not exist), within the git timeout.
+func (r *Repo) RemoteHead(ctx context.Context) (plumbing.Hash, error) {
+	ctx, cancel := context.WithTimeout(ctx, r.opts.Timeout)
+	defer cancel()
+	remote, err := r.repo.Remote(remoteName)
+	if err != nil {
+		return plumbing.ZeroHash, err
+	}
+	refs, err := remote.ListContext(ctx, &git.ListOptions{Auth: r.authMethod()})
+	if err != nil {
+		return plumbing.ZeroHash, classify("list "+r.opts.URL, err)
+	}
+	want := plumbing.NewBranchReferenceName(r.opts.Branch)
+	for _, ref := range refs {
+		if ref.Name() == want {
+			return ref.Hash(), nil
+		}
+	}
+	return plumbing.ZeroHash, nil
+}
+
+// authMethod is the credential to send, nil for none.
+func (r *Repo) authMethod() transport.AuthMethod {
+	if r.auth == nil {
+		return nil
+	}
+	return r.auth
+}
+
 func (r *Repo) sendPack(ctx context.Context, parent, commit plumbing.Hash, hashes []plumbing.Hash, bases map[plumbing.Hash]plumbing.Hash) error {
 	ep, err := transport.NewEndpoint(r.opts.URL)
 	if err != nil {
@@ -107,11 +174,7 @@ func (r *Repo) sendPack(ctx context.Context, parent, commit plumbing.Hash, hashe
 	if err != nil {
 		return err
 	}
-	var auth transport.AuthMethod
-	if r.auth != nil {
-		auth = r.auth
-	}
-	sess, err := c.NewReceivePackSession(ep, auth)
+	sess, err := c.NewReceivePackSession(ep, r.authMethod())
 	if err != nil {
 		return err
 	}
@@ -143,7 +206,7 @@ func (r *Repo) sendPack(ctx context.Context, parent, commit plumbing.Hash, hashe
 		r.receiveCaps = caps
 		r.mu.Unlock()
 		if current != parent {
-			return fmt.Errorf("non-fast-forward update: %s is at %s, not %s", dst, current, parent)
+			return fmt.Errorf("%w: %s is at %s, not %s", ErrConflict, dst, current, parent)
 		}
 	}
 
@@ -175,10 +238,11 @@ func (r *Repo) sendPack(ctx context.Context, parent, commit plumbing.Hash, hashe
 	if err := <-done; err != nil {
 		return err
 	}
-	if rs != nil {
-		if err := rs.Error(); err != nil {
-			return err
+	if rs == nil {
+		if caps.Supports(capability.ReportStatus) {
+			return errNoReport
 		}
+		return nil
 	}
-	return nil
+	return rs.Error()
 }

@@ -160,7 +160,7 @@ func (r *Repo) Fetch(ctx context.Context) (plumbing.Hash, error) {
 	defer cancel()
 	err := r.repo.FetchContext(ctx, &git.FetchOptions{
 		RemoteName: remoteName,
-		Auth:       r.auth,
+		Auth:       r.authMethod(),
 		Force:      true,
 		Tags:       git.NoTags,
 	})
@@ -259,17 +259,16 @@ func (r *Repo) pushWalking(ctx context.Context, parent, commit plumbing.Hash) er
 	opts := &git.PushOptions{
 		RemoteName: remoteName,
 		RefSpecs:   []config.RefSpec{config.RefSpec(commit.String() + ":" + dst.String())},
-		Auth:       r.auth,
+		Auth:       r.authMethod(),
 	}
 	if !parent.IsZero() {
 		opts.RequireRemoteRefs = []config.RefSpec{config.RefSpec(parent.String() + ":" + dst.String())}
 	}
 	err := r.repo.PushContext(ctx, opts)
-	if err != nil && !errors.Is(err, git.NoErrAlreadyUpToDate) {
-		return classify("push "+r.opts.URL, err)
+	if errors.Is(err, git.NoErrAlreadyUpToDate) {
+		return nil
 	}
-	r.head = commit
-	return r.repo.Storer.SetReference(plumbing.NewHashReference(r.trackingRef(), commit))
+	return err
 }
 
 // CommitInfo returns the parents and message of a commit.
