@@ -10,7 +10,7 @@ for q in argoworkflows-onboarding-queue argoworkflows-offboarding-queue argowork
   dlq_url=$(aws sqs create-queue --queue-name "$q-dlq" --query QueueUrl --output text)
   dlq_arn=$(aws sqs get-queue-attributes --queue-url "$dlq_url" --attribute-names QueueArn --query Attributes.QueueArn --output text)
   aws sqs create-queue --queue-name "$q" \
-    --attributes "{\"RedrivePolicy\":\"{\\\"deadLetterTargetArn\\\":\\\"$dlq_arn\\\",\\\"maxReceiveCount\\\":\\\"5\\\"}\",\"VisibilityTimeout\":\"120\"}" >/dev/null
+    --attributes "{\"RedrivePolicy\":\"{\\\"deadLetterTargetArn\\\":\\\"$dlq_arn\\\",\\\"maxReceiveCount\\\":\\\"5\\\"}\",\"VisibilityTimeout\":\"30\"}" >/dev/null
 done
 
 aws sqs create-queue --queue-name tenant-worker-results >/dev/null

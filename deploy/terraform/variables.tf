@@ -31,7 +31,7 @@ variable "max_receive_count" {
 variable "visibility_timeout_seconds" {
   description = "Visibility timeout of the source queues; the worker extends it while it works."
   type        = number
-  default     = 120
+  default     = 30
 }
 
 variable "dead_letter_retention_seconds" {

@@ -67,7 +67,7 @@ func Default() Options {
 		WaitTime:          20 * time.Second,
 		MaxMessages:       10,
 		MaxBatch:          50,
-		VisibilityTimeout: 120 * time.Second,
+		VisibilityTimeout: 30 * time.Second,
 		RetryDelay:        10 * time.Second,
 		MaxRetryDelay:     15 * time.Minute,
 		ShutdownGrace:     30 * time.Second,

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"runtime/debug"
 	"strconv"
 	"sync"
 	"time"
@@ -124,7 +125,7 @@ func (c *Consumer) Run(ctx context.Context) {
 	log := zerolog.Ctx(ctx).With().Str("queue", c.queue.Name).Logger()
 	backoff := time.Second
 	for ctx.Err() == nil {
-		out, err := c.receive(ctx, c.opts.WaitTime)
+		out, err := c.poll(ctx)
 		if err != nil {
 			if ctx.Err() != nil {
 				return
@@ -164,6 +165,17 @@ func (c *Consumer) Run(ctx context.Context) {
 	}
 }
 
+// poll is one long poll. It is not abandoned when shutdown begins: SQS may
+// still hand a message to a poll whose client went away, and that message
+// would then stay invisible for its whole visibility timeout. The poll is
+// allowed to return within the shutdown grace, and Run makes what it
+// brings visible again at once.
+func (c *Consumer) poll(ctx context.Context) ([]types.Message, error) {
+	pctx, cancel := graceContext(ctx, c.opts.ShutdownGrace)
+	defer cancel()
+	return c.receive(pctx, c.opts.WaitTime)
+}
+
 // receive is one ReceiveMessage call.
 func (c *Consumer) receive(ctx context.Context, wait time.Duration) ([]types.Message, error) {
 	out, err := c.api.ReceiveMessage(ctx, &sqs.ReceiveMessageInput{
@@ -191,7 +203,7 @@ func (c *Consumer) process(ctx context.Context, log zerolog.Logger, msgs []Messa
 	work, cancel := graceContext(ctx, c.opts.ShutdownGrace)
 	defer cancel()
 	stop := c.heartbeat(log, msgs)
-	ds := c.handle(log.WithContext(work), msgs)
+	ds := c.handleSafely(work, log, msgs)
 	stop()
 	if len(ds) != len(msgs) {
 		log.Error().Int("messages", len(msgs)).Int("dispositions", len(ds)).Msg("handler answered for the wrong number of messages; releasing them")
@@ -206,6 +218,22 @@ func (c *Consumer) process(ctx context.Context, log zerolog.Logger, msgs []Messa
 		}
 	}
 	c.settle(log, msgs, ds)
+}
+
+// handleSafely runs the handler, turning a panic into a retry of the
+// messages in hand: one bad code path must not take down the process with
+// every message of every queue it holds.
+func (c *Consumer) handleSafely(ctx context.Context, log zerolog.Logger, msgs []Message) (ds []Disposition) {
+	defer func() {
+		if p := recover(); p != nil {
+			err := fmt.Errorf("handler panicked: %v", p)
+			c.observe("handle", err)
+			log.Error().Err(err).Bytes("stack", debug.Stack()).Int("messages", len(msgs)).
+				Msg("handler panicked; its messages will be retried")
+			ds = uniform(len(msgs), Disposition{Action: Retry, Detail: err.Error()})
+		}
+	}()
+	return c.handle(log.WithContext(ctx), msgs)
 }
 
 // heartbeat keeps the messages in hand invisible to other consumers,
@@ -359,46 +387,98 @@ func (c *Consumer) deadLetter(msgs []Message, ds []Disposition) ([]Message, erro
 	if c.queue.DeadLetterURL == "" {
 		return msgs, nil
 	}
+	entries := make([]types.SendMessageBatchRequestEntry, len(msgs))
+	sizes := make([]int, len(msgs))
+	for i, m := range msgs {
+		entries[i], sizes[i] = c.deadLetterEntry(i, m, ds[i])
+	}
 	var sent []Message
-	err := chunks(len(msgs), func(lo, hi int) error {
-		entries := make([]types.SendMessageBatchRequestEntry, 0, hi-lo)
-		for i := lo; i < hi; i++ {
-			m := msgs[i]
-			e := types.SendMessageBatchRequestEntry{
-				Id:          aws.String(strconv.Itoa(i)),
-				MessageBody: aws.String(m.Body),
-				MessageAttributes: map[string]types.MessageAttributeValue{
-					"reason":            stringAttr(ds[i].Reason),
-					"error":             stringAttr(truncate(ds[i].Detail, 1024)),
-					"source_queue":      stringAttr(c.queue.Name),
-					"source_message_id": stringAttr(m.ID),
-				},
-			}
-			if isFIFOURL(c.queue.DeadLetterURL) {
-				group := m.GroupID
-				if group == "" {
-					group = "rejected"
-				}
-				e.MessageGroupId = aws.String(group)
-				e.MessageDeduplicationId = aws.String(m.ID)
-			}
-			entries = append(entries, e)
-		}
+	var errs []error
+	for _, b := range sizedBatches(sizes) {
 		ctx, cancel := settleContext()
-		defer cancel()
-		out, err := c.api.SendMessageBatch(ctx, &sqs.SendMessageBatchInput{QueueUrl: aws.String(c.queue.DeadLetterURL), Entries: entries})
+		out, err := c.api.SendMessageBatch(ctx, &sqs.SendMessageBatchInput{QueueUrl: aws.String(c.queue.DeadLetterURL), Entries: entries[b.lo:b.hi]})
+		cancel()
 		if err != nil {
 			c.observe("send_dead_letter", err)
-			return fmt.Errorf("dead-letter %d messages: %w", len(entries), err)
+			errs = append(errs, fmt.Errorf("dead-letter %d messages: %w", b.hi-b.lo, err))
+			continue
 		}
 		for _, s := range out.Successful {
-			if i, err := strconv.Atoi(aws.ToString(s.Id)); err == nil && i >= lo && i < hi {
+			if i, err := strconv.Atoi(aws.ToString(s.Id)); err == nil && i >= b.lo && i < b.hi {
 				sent = append(sent, msgs[i])
 			}
 		}
-		return c.batchFailures("send_dead_letter", out.Failed, msgs, false)
-	})
-	return sent, err
+		errs = append(errs, c.batchFailures("send_dead_letter", out.Failed, msgs, false))
+	}
+	return sent, errors.Join(errs...)
+}
+
+// maxMessageBytes is the SQS size limit of one message, and of one batch:
+// body plus attribute names, types and values.
+const maxMessageBytes = 256 * 1024
+
+// deadLetterEntry is the dead-letter copy of m and its size. The body is
+// kept whole; when body and attributes would pass the size limit, the
+// attributes are cut down (the error text first, then all but the reason,
+// then all), so a rejected body near the limit is still dead-lettered.
+func (c *Consumer) deadLetterEntry(i int, m Message, d Disposition) (types.SendMessageBatchRequestEntry, int) {
+	attrs := []struct{ name, value string }{
+		{"reason", d.Reason}, {"source_queue", c.queue.Name}, {"source_message_id", m.ID},
+		{"error", truncate(d.Detail, 1024)},
+	}
+	size := func(n int) int {
+		total := len(m.Body)
+		for _, a := range attrs[:n] {
+			total += len(a.name) + len("String") + max(len(a.value), 1)
+		}
+		return total
+	}
+	n := len(attrs)
+	for n > 0 && size(n) > maxMessageBytes {
+		if n == len(attrs) {
+			n-- // the error text goes first
+		} else {
+			n = min(n-1, 1) // then all but the reason, then all
+		}
+	}
+	e := types.SendMessageBatchRequestEntry{
+		Id:                aws.String(strconv.Itoa(i)),
+		MessageBody:       aws.String(m.Body),
+		MessageAttributes: map[string]types.MessageAttributeValue{},
+	}
+	for _, a := range attrs[:n] {
+		e.MessageAttributes[a.name] = stringAttr(a.value)
+	}
+	if isFIFOURL(c.queue.DeadLetterURL) {
+		group := m.GroupID
+		if group == "" {
+			group = "rejected"
+		}
+		e.MessageGroupId = aws.String(group)
+		e.MessageDeduplicationId = aws.String(m.ID)
+	}
+	return e, size(n)
+}
+
+// span is a run of indexes [lo, hi).
+type span struct{ lo, hi int }
+
+// sizedBatches splits messages of the given sizes into runs that fit one
+// SQS batch: at most 10 entries and maxMessageBytes in all.
+func sizedBatches(sizes []int) []span {
+	var out []span
+	lo, total := 0, 0
+	for i, n := range sizes {
+		if i > lo && (i-lo == 10 || total+n > maxMessageBytes) {
+			out = append(out, span{lo, i})
+			lo, total = i, 0
+		}
+		total += n
+	}
+	if lo < len(sizes) {
+		out = append(out, span{lo, len(sizes)})
+	}
+	return out
 }
 
 func uniform(n int, d Disposition) []Disposition {
