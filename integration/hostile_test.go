@@ -1,8 +1,10 @@
 package integration
 
 import (
+	"fmt"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 
@@ -73,18 +75,33 @@ func TestHostileInput(t *testing.T) {
 		}
 	}
 
-	// A template that renders two documents with the same name is refused.
+	// A template that renders two documents with the same name breaks every
+	// onboarding of its tier: the repository's fault, not the message's. The
+	// message is retried, not dead-lettered, and goes through once the
+	// template is fixed.
 	tmpl := templates.Root + "/tier-templates/advanced_tenant_template.yaml"
-	doubled := template(t, "advanced_tenant_template.yaml") + "---\napiVersion: v1\nkind: Namespace\nmetadata:\n  name: {TENANT_ID}\n"
+	good := template(t, "advanced_tenant_template.yaml")
+	doubled := good + "---\napiVersion: v1\nkind: Namespace\nmetadata:\n  name: {TENANT_ID}\n"
 	if err := h.git.WriteFile(repoName, "main", tmpl, doubled, "a bad template"); err != nil {
 		t.Fatal(err)
 	}
 	head = h.head()
 	id := h.send(h.q.onboarding, on("t2", "advanced", "0.0"))
-	if line := h.outcome(id); line["reason"] != "invalid_render" {
-		t.Fatalf("doubled template: %v", line)
-	}
+	h.waitFor("the broken template to be reported", 20*time.Second, func() bool {
+		for _, l := range h.logs.lines("message_id", id) {
+			if l["message"] == "message failed; SQS will redeliver it" && strings.Contains(fmt.Sprint(l["error"]), "the repository needs a fix") {
+				return true
+			}
+		}
+		return false
+	})
 	if h.head() != head {
 		t.Fatal("an invalid render was pushed")
+	}
+	if err := h.git.WriteFile(repoName, "main", tmpl, good, "fix the template"); err != nil {
+		t.Fatal(err)
+	}
+	if line := h.outcome(id); line["message"] != "tenant change pushed" {
+		t.Fatalf("after the fix: %v", line)
 	}
 }

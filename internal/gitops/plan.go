@@ -15,6 +15,14 @@ import (
 	"github.com/tenant-worker/tenant-worker/internal/render"
 )
 
+// ErrBroken marks a fault of the repository itself: a template that does
+// not render, a branch that does not build. No message can succeed until
+// someone fixes it, so messages are retried, never rejected for it.
+var ErrBroken = errors.New("the repository needs a fix")
+
+// IsBroken reports whether err is a fault of the repository.
+func IsBroken(err error) bool { return errors.Is(err, ErrBroken) }
+
 // Change is what a request does to the repository.
 type Change struct {
 	// Files maps a path to its new content; a nil value deletes the file.
@@ -127,7 +135,7 @@ func (p *planner) onboard(req message.Request) error {
 		}
 		out, err := render.Render(tmpl, render.Vars{TenantID: req.TenantID, ReleaseVersion: req.ReleaseVersion})
 		if err != nil {
-			return reject.Wrap(reject.InvalidRender, fmt.Errorf("render %s: %w", p.TenantTemplate(req.Tier), err))
+			return fmt.Errorf("%w: render %s: %v", ErrBroken, p.TenantTemplate(req.Tier), err)
 		}
 		p.files[p.TenantFile(req.Tier, req.TenantID)] = out
 	}
@@ -245,7 +253,7 @@ func (p *planner) deploy(req message.Request) error {
 func (p *planner) rerender(name, tmplName string, tmpl []byte, v render.Vars) error {
 	out, err := render.Render(tmpl, v)
 	if err != nil {
-		return reject.Wrap(reject.InvalidRender, fmt.Errorf("render %s: %w", tmplName, err))
+		return fmt.Errorf("%w: render %s: %v", ErrBroken, tmplName, err)
 	}
 	current, err := p.r.ReadFile(name)
 	if err != nil {

@@ -58,8 +58,13 @@ var (
 	version  = regexp.MustCompile(`^(0|[1-9][0-9]{0,5})\.(0|[1-9][0-9]{0,5})$`)
 )
 
-// reservedIDs would collide with files every tier folder holds.
-var reservedIDs = map[string]bool{"kustomization": true, "dummy-configmap": true}
+// reservedIDs would collide with files every tier folder holds, or with
+// the stand-in tenant the pipeline renders to tell a broken template from a
+// bad message.
+var reservedIDs = map[string]bool{"kustomization": true, "dummy-configmap": true, ProbeTenant: true}
+
+// ProbeTenant is the stand-in tenant id (see reservedIDs).
+const ProbeTenant = "tenant-worker-probe"
 
 // schema says which keys a kind requires and which it may carry.
 type schema struct {

@@ -132,22 +132,70 @@ func TestLostRaceIsReapplied(t *testing.T) {
 	}
 }
 
-func TestInvalidRenderIsRejected(t *testing.T) {
+func TestBrokenTemplateIsNotTheMessagesFault(t *testing.T) {
 	e := setup(t)
 	tmpl := templates.Root + "/tier-templates/basic_tenant_template.yaml"
 	b, _ := fs.ReadFile(templates.FS, tmpl)
-	broken := strings.Replace(string(b), "interval: 1m0s", "interval: 1m0s\n  bogusField: 1", 1)
-	if err := e.srv.WriteFile("gitops.git", "main", tmpl, broken, "break the template"); err != nil {
+	for name, broken := range map[string]string{
+		"a field Flux refuses":        strings.Replace(string(b), "interval: 1m0s", "interval: 1m0s\n  bogusField: 1", 1),
+		"a placeholder we never fill": strings.Replace(string(b), "interval: 1m0s", "interval: {INTERVAL}", 1),
+	} {
+		t.Run(name, func(t *testing.T) {
+			if err := e.srv.WriteFile("gitops.git", "main", tmpl, broken, "break the template"); err != nil {
+				t.Fatal(err)
+			}
+			before, _ := e.srv.Output("gitops.git", "rev-parse", "main")
+			_, err := apply(t, e, message.Onboarding, `{"tenant_id":"t3","tenant_tier":"basic","release_version":"0.0"}`)
+			if _, rejected := reject.As(err); rejected || !gitops.IsBroken(err) {
+				t.Fatalf("got %v, want a fault of the repository, not a rejection", err)
+			}
+			if after, _ := e.srv.Output("gitops.git", "rev-parse", "main"); before != after {
+				t.Fatal("an invalid change was pushed")
+			}
+		})
+	}
+}
+
+func TestFluxVariablesInTemplatesPass(t *testing.T) {
+	e := setup(t)
+	tmpl := templates.Root + "/tier-templates/premium_tenant_template.yaml"
+	b, _ := fs.ReadFile(templates.FS, tmpl)
+	// Flux's post-build substitution, which the tenants Kustomization enables.
+	withVar := strings.Replace(string(b), "interval: 1m0s", "interval: ${TENANT_INTERVAL}", 1)
+	if withVar == string(b) {
+		t.Fatal("the template has no interval line to edit")
+	}
+	if err := e.srv.WriteFile("gitops.git", "main", tmpl, withVar, "use a Flux variable"); err != nil {
 		t.Fatal(err)
 	}
-	before, _ := e.srv.Output("gitops.git", "rev-parse", "main")
-	_, err := apply(t, e, message.Onboarding, `{"tenant_id":"t3","tenant_tier":"basic","release_version":"0.0"}`)
+	res, err := apply(t, e, message.Onboarding, onboard1)
+	if err != nil || !res.Applied {
+		t.Fatalf("onboarding with ${VAR} in the template: %+v %v", res, err)
+	}
+	if got := show(t, e, "tenants/premium/tenant-1.yaml"); !strings.Contains(got, "interval: ${TENANT_INTERVAL}") {
+		t.Fatalf("the Flux variable was not left for Flux:\n%s", got)
+	}
+}
+
+func TestTheMessagesOwnFaultIsRejected(t *testing.T) {
+	e := setup(t)
+	// Release names grow with the tenant id: a long id passes the message
+	// check but makes a name Helm refuses, while a short one still fits.
+	tmpl := templates.Root + "/tier-templates/basic_tenant_template.yaml"
+	b, _ := fs.ReadFile(templates.FS, tmpl)
+	long := strings.Replace(string(b), "releaseName: {TENANT_ID}-basic", "releaseName: {TENANT_ID}-basic-with-a-long-suffix", 1)
+	if long == string(b) {
+		t.Fatal("the template has no release name to edit")
+	}
+	if err := e.srv.WriteFile("gitops.git", "main", tmpl, long, "longer release names"); err != nil {
+		t.Fatal(err)
+	}
+	_, err := apply(t, e, message.Onboarding, `{"tenant_id":"`+strings.Repeat("t", 40)+`","tenant_tier":"basic","release_version":"0.0"}`)
 	if r, ok := reject.As(err); !ok || r.Reason != reject.InvalidRender {
 		t.Fatalf("got %v, want an invalid_render rejection", err)
 	}
-	after, _ := e.srv.Output("gitops.git", "rev-parse", "main")
-	if before != after {
-		t.Fatal("an invalid change was pushed")
+	if res, err := apply(t, e, message.Onboarding, `{"tenant_id":"short","tenant_tier":"basic","release_version":"0.0"}`); err != nil || !res.Applied {
+		t.Fatalf("a short id: %+v %v", res, err)
 	}
 }
 
@@ -285,8 +333,8 @@ func TestBatchFindsTheJobThatBreaksTheBuild(t *testing.T) {
 		{Request: onboard(t, "b1", "basic")},
 		{Request: onboard(t, "p2", "premium")},
 	})
-	if r, ok := reject.As(res[1].Err); !ok || r.Reason != reject.InvalidRender {
-		t.Fatalf("b1: %v", res[1].Err)
+	if _, rejected := reject.As(res[1].Err); rejected || !gitops.IsBroken(res[1].Err) {
+		t.Fatalf("b1: %v, want a fault of the repository (every basic onboarding fails)", res[1].Err)
 	}
 	if !res[0].Applied || !res[2].Applied {
 		t.Fatalf("results: %+v", res)

@@ -8,6 +8,7 @@ import (
 
 	"github.com/tenant-worker/tenant-worker/internal/gitops"
 	"github.com/tenant-worker/tenant-worker/internal/gitrepo"
+	"github.com/tenant-worker/tenant-worker/internal/message"
 	"github.com/tenant-worker/tenant-worker/internal/metrics"
 	"github.com/tenant-worker/tenant-worker/internal/reject"
 )
@@ -69,22 +70,20 @@ func (b *batch) applyJob(_ context.Context, i int) {
 			return fmt.Errorf("open commit %s: %w", commit, err)
 		}
 		paths := plan.Paths()
-		// The rendered files are the message's own: a bad one is its fault.
 		if err := b.p.checker.CheckFiles(after, paths); err != nil {
-			return reject.Wrap(reject.InvalidRender, fmt.Errorf("the change would break what Flux applies: %w", err))
+			return b.blame(before, job, err)
 		}
 		if !b.perJob {
 			b.changed = append(b.changed, paths...)
 			return nil // the kustomizations are built once for the batch
 		}
 		if err := b.p.checker.CheckDirs(after, paths); err != nil {
-			// Blame the message only if the tree was valid before it: a branch
-			// that someone else broke must not send good messages to the
-			// dead-letter queue.
+			// A branch that someone else broke must not send good messages
+			// to the dead-letter queue.
 			if before := b.p.checker.CheckDirs(before, paths); before != nil {
-				return fmt.Errorf("the branch is already invalid, waiting for a fix: %w", before)
+				return fmt.Errorf("%w: the branch does not build as it is: %v", gitops.ErrBroken, before)
 			}
-			return reject.Wrap(reject.InvalidRender, fmt.Errorf("the change would break what Flux applies: %w", err))
+			return b.blame(before, job, err)
 		}
 		return nil
 	})
@@ -95,6 +94,40 @@ func (b *batch) applyJob(_ context.Context, i int) {
 	b.tip = commit
 	res.Commit = commit
 	b.pending[i] = true
+}
+
+// blame says whose fault a change that Flux could not apply is (err).
+// Only an onboarding carries a value of its own into the files, its tenant
+// id: a deployment or an offboarding that breaks the tree would break it
+// for any message, and so does an onboarding when a stand-in tenant of the
+// same tier fails the same way. Those are faults of the repository (the
+// template, the branch), retried until someone fixes them; only what is
+// the message's own is rejected.
+func (b *batch) blame(before *gitrepo.Snapshot, job Job, err error) error {
+	broken := fmt.Errorf("%w: no message of this kind and tier can pass: %v", gitops.ErrBroken, err)
+	if job.Request.Kind != message.Onboarding || job.Request.TenantID == message.ProbeTenant {
+		return broken
+	}
+	probe := job.Request
+	probe.TenantID = message.ProbeTenant
+	change, perr := b.p.opts.Layout.Plan(before, probe)
+	if perr != nil {
+		return broken
+	}
+	if !change.Empty() {
+		c, cerr := b.p.repo.Commit(before.Commit, change.Files, "probe\n")
+		if cerr != nil {
+			return fmt.Errorf("commit the stand-in change: %w", cerr)
+		}
+		snap, serr := b.p.repo.Snapshot(c)
+		if serr != nil {
+			return fmt.Errorf("open the stand-in change: %w", serr)
+		}
+		if b.p.checker.Check(snap, change.Paths()) != nil {
+			return broken
+		}
+	}
+	return reject.Wrap(reject.InvalidRender, fmt.Errorf("the change would break what Flux applies: %w", err))
 }
 
 // checkTip builds the kustomizations the batch touched, once, on its last

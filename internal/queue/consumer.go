@@ -394,7 +394,7 @@ func (c *Consumer) deadLetter(msgs []Message, ds []Disposition) ([]Message, erro
 	}
 	var sent []Message
 	var errs []error
-	for _, b := range sizedBatches(sizes) {
+	for _, b := range sizedBatches(sizes, c.deadLetterLimit()) {
 		ctx, cancel := settleContext()
 		out, err := c.api.SendMessageBatch(ctx, &sqs.SendMessageBatchInput{QueueUrl: aws.String(c.queue.DeadLetterURL), Entries: entries[b.lo:b.hi]})
 		cancel()
@@ -413,9 +413,19 @@ func (c *Consumer) deadLetter(msgs []Message, ds []Disposition) ([]Message, erro
 	return sent, errors.Join(errs...)
 }
 
-// maxMessageBytes is the SQS size limit of one message, and of one batch:
-// body plus attribute names, types and values.
-const maxMessageBytes = 256 * 1024
+// defaultMaxBytes is the size limit of a message, and of a batch, when the
+// dead-letter queue does not say (body plus attribute names, types and
+// values): 256 KiB, the smallest SQS has had.
+const defaultMaxBytes = 256 * 1024
+
+// deadLetterLimit is the most one dead-letter copy, or one batch of them,
+// may hold.
+func (c *Consumer) deadLetterLimit() int {
+	if c.queue.DeadLetterMaxBytes > 0 {
+		return c.queue.DeadLetterMaxBytes
+	}
+	return defaultMaxBytes
+}
 
 // deadLetterEntry is the dead-letter copy of m and its size. The body is
 // kept whole; when body and attributes would pass the size limit, the
@@ -434,7 +444,7 @@ func (c *Consumer) deadLetterEntry(i int, m Message, d Disposition) (types.SendM
 		return total
 	}
 	n := len(attrs)
-	for n > 0 && size(n) > maxMessageBytes {
+	for n > 0 && size(n) > c.deadLetterLimit() {
 		if n == len(attrs) {
 			n-- // the error text goes first
 		} else {
@@ -464,12 +474,12 @@ func (c *Consumer) deadLetterEntry(i int, m Message, d Disposition) (types.SendM
 type span struct{ lo, hi int }
 
 // sizedBatches splits messages of the given sizes into runs that fit one
-// SQS batch: at most 10 entries and maxMessageBytes in all.
-func sizedBatches(sizes []int) []span {
+// SQS batch: at most 10 entries and limit bytes in all.
+func sizedBatches(sizes []int, limit int) []span {
 	var out []span
 	lo, total := 0, 0
 	for i, n := range sizes {
-		if i > lo && (i-lo == 10 || total+n > maxMessageBytes) {
+		if i > lo && (i-lo == 10 || total+n > limit) {
 			out = append(out, span{lo, i})
 			lo, total = i, 0
 		}

@@ -86,7 +86,7 @@ func (f *fakeSQS) SendMessageBatch(_ context.Context, in *sqs.SendMessageBatchIn
 		}
 	}
 	out := &sqs.SendMessageBatchOutput{}
-	if total > maxMessageBytes || len(in.Entries) > 10 {
+	if total > defaultMaxBytes || len(in.Entries) > 10 {
 		for _, e := range in.Entries {
 			out.Failed = append(out.Failed, types.BatchResultErrorEntry{Id: e.Id, Code: aws.String("BatchRequestTooLong")})
 		}
@@ -234,7 +234,7 @@ func TestPanicInTheHandlerIsRetried(t *testing.T) {
 func TestLargeRejectedBodiesAreDeadLettered(t *testing.T) {
 	f := newFake()
 	ms := msgs(4, 1)
-	ms[0].Body = strings.Repeat("x", maxMessageBytes-20) // leaves no room for attributes
+	ms[0].Body = strings.Repeat("x", defaultMaxBytes-20) // leaves no room for attributes
 	ms[1].Body = strings.Repeat("y", 150*1024)           // fits alone, not with the next
 	ms[2].Body = strings.Repeat("z", 150*1024)
 	reject := Disposition{Action: Reject, Reason: "invalid_json", Detail: strings.Repeat("e", 2000)}

@@ -36,6 +36,9 @@ type Queue struct {
 	// DeadLetterURL is the dead-letter queue named by the queue's redrive
 	// policy; empty when it has none.
 	DeadLetterURL string
+	// DeadLetterMaxBytes is the dead-letter queue's MaximumMessageSize, the
+	// most a dead-letter copy (body and attributes) may hold.
+	DeadLetterMaxBytes int
 	// VisibilityTimeout is the queue's default visibility timeout.
 	VisibilityTimeout time.Duration
 }
@@ -88,6 +91,13 @@ func Resolve(ctx context.Context, api API, nameOrURL string) (*Queue, error) {
 		if q.DeadLetterURL, err = deadLetterURL(ctx, api, policy); err != nil {
 			return nil, fmt.Errorf("queue %s: %w", q.Name, err)
 		}
+		dl, err := api.GetQueueAttributes(ctx, &sqs.GetQueueAttributesInput{
+			QueueUrl: aws.String(q.DeadLetterURL), AttributeNames: []types.QueueAttributeName{types.QueueAttributeNameMaximumMessageSize},
+		})
+		if err != nil {
+			return nil, fmt.Errorf("read attributes of the dead-letter queue of %s: %w", q.Name, err)
+		}
+		q.DeadLetterMaxBytes, _ = strconv.Atoi(dl.Attributes[string(types.QueueAttributeNameMaximumMessageSize)])
 	}
 	return q, nil
 }

@@ -38,8 +38,13 @@ func Render(tmpl []byte, v Vars) ([]byte, error) {
 		}
 	}
 	out := []byte(strings.NewReplacer(pairs...).Replace(string(tmpl)))
-	if m := leftover.Find(out); m != nil {
-		return nil, fmt.Errorf("template placeholder %s has no value", m)
+	for _, loc := range leftover.FindAllIndex(out, -1) {
+		// ${NAME} is Flux's post-build substitution, filled in the cluster
+		// (the platform's tenants Kustomization enables it): not ours.
+		if loc[0] > 0 && out[loc[0]-1] == '$' {
+			continue
+		}
+		return nil, fmt.Errorf("template placeholder %s has no value", out[loc[0]:loc[1]])
 	}
 	return out, nil
 }
