@@ -19,6 +19,8 @@ import (
 	"github.com/rs/zerolog"
 
 	wconfig "github.com/tenant-worker/tenant-worker/internal/config"
+	"github.com/tenant-worker/tenant-worker/internal/credentials"
+	"github.com/tenant-worker/tenant-worker/internal/gate"
 	"github.com/tenant-worker/tenant-worker/internal/gitops"
 	"github.com/tenant-worker/tenant-worker/internal/gitrepo"
 	"github.com/tenant-worker/tenant-worker/internal/httpserver"
@@ -35,7 +37,9 @@ import (
 // Config is what Run needs.
 type Config struct {
 	Options wconfig.Options
-	// Token is the git token, already read from GIT_TOKEN or its file.
+	// Credentials authenticate every git call; when nil, Token is sent.
+	Credentials credentials.Provider
+	// Token is a fixed git token, already read from GIT_TOKEN or its file.
 	Token  string
 	Logger zerolog.Logger
 	// Listener, if set, serves the HTTP endpoints instead of Options.HTTPAddr.
@@ -76,9 +80,27 @@ func Run(ctx context.Context, c Config) error {
 		notReady.Store(&s)
 	}
 	setStatus("starting")
+	rec := runs.New(o.RunHistory)
+	// The gate stops the consumers while git or the repository is at fault.
+	g := gate.New(func(f *gate.Fault) {
+		for _, c := range gate.Causes {
+			m.Paused.WithLabelValues(string(c)).Set(0)
+		}
+		if f == nil {
+			rec.SetPause(nil)
+			log.Info().Msg("resuming: the fault is gone; receiving messages again")
+			return
+		}
+		m.Paused.WithLabelValues(string(f.Cause)).Set(1)
+		rec.SetPause(&runs.Pause{Cause: string(f.Cause), Error: f.Error, Since: f.Since})
+		log.Warn().Str("cause", string(f.Cause)).Str("error", f.Error).Msg("pausing: git or the repository is at fault; no messages are received until a probe finds it gone")
+	})
 	ready := func() error {
 		if s := notReady.Load(); s != nil {
 			return errors.New(*s)
+		}
+		if f := g.Fault(); f != nil {
+			return fmt.Errorf("paused since %s: %s: %s", f.Since.UTC().Format(time.RFC3339), f.Cause, f.Error)
 		}
 		return nil
 	}
@@ -89,7 +111,6 @@ func Run(ctx context.Context, c Config) error {
 			return fmt.Errorf("listen on HTTP_ADDR %s: %w", o.HTTPAddr, err)
 		}
 	}
-	rec := runs.New(o.RunHistory)
 	ui := status.Handler(rec, status.Info{Repository: o.GitRepoURL, Branch: o.GitBranch, Version: c.Version})
 	srv := httpserver.New(o.HTTPAddr, httpserver.Handler(reg, ready, ui))
 	go func() {
@@ -107,7 +128,11 @@ func Run(ctx context.Context, c Config) error {
 	var repo *gitrepo.Repo
 	err := retry(ctx, "open the GitOps repository", func() error {
 		var err error
-		repo, err = gitrepo.Open(ctx, RepoOptions(o, c.Token))
+		creds := c.Credentials
+		if creds == nil {
+			creds = credentials.Static(o.GitUsername, c.Token)
+		}
+		repo, err = gitrepo.Open(ctx, RepoOptions(o, creds))
 		if err != nil {
 			setStatus("repository: %v", err)
 		}
@@ -146,7 +171,7 @@ func Run(ctx context.Context, c Config) error {
 		pub = results.NewPublisher(api, rq.URL, rq.FIFO())
 		log.Info().Str("queue", rq.Name).Str("url", rq.URL).Msg("publishing result events")
 	}
-	w := worker.New(p, m, rec, pub)
+	w := worker.New(p, m, rec, pub, g)
 
 	var consumers []*queue.Consumer
 	var queues []*queue.Queue
@@ -172,12 +197,24 @@ func Run(ctx context.Context, c Config) error {
 		consumers = append(consumers, queue.NewConsumer(api, q, w.Handler(kind, q.Name), queue.Options{
 			WaitTime: o.WaitTime, MaxMessages: o.MaxMessages, MaxBatch: o.MaxBatch, VisibilityTimeout: o.VisibilityTimeout,
 			RetryDelay: o.RetryDelay, MaxRetryDelay: o.MaxRetryDelay, ShutdownGrace: o.ShutdownGrace,
+			Hold: g.Wait,
 		}, observe))
 	}
 	notReady.Store(nil)
 
 	var wg sync.WaitGroup
 	wg.Go(func() { watchDepths(ctx, api, queues, m, rec, o.QueueStatsEvery) })
+	wg.Go(func() {
+		g.Watch(ctx, gate.Backoff{First: min(500*time.Millisecond, o.ProbeMaxDelay), Max: o.ProbeMaxDelay}, func(f gate.Fault, err error) {
+			if err == nil {
+				m.Probes.WithLabelValues(metrics.ProbePassed).Inc()
+				return
+			}
+			m.Probes.WithLabelValues(metrics.ProbeFailed).Inc()
+			rec.SetPause(&runs.Pause{Cause: string(f.Cause), Error: err.Error(), Since: f.Since, Probes: f.Probes + 1})
+			log.Info().Str("cause", string(f.Cause)).Err(err).Msg("still paused: the fault is still there")
+		})
+	})
 	for _, c := range consumers {
 		wg.Go(func() { c.Run(ctx) })
 	}
@@ -210,10 +247,10 @@ func retry(ctx context.Context, what string, fn func() error) error {
 	}
 }
 
-// RepoOptions are the clone settings of o, with the git token.
-func RepoOptions(o wconfig.Options, token string) gitrepo.Options {
+// RepoOptions are the clone settings of o, with its credentials.
+func RepoOptions(o wconfig.Options, creds credentials.Provider) gitrepo.Options {
 	return gitrepo.Options{
-		URL: o.GitRepoURL, Branch: o.GitBranch, Username: o.GitUsername, Token: token, Dir: o.GitCloneDir,
+		URL: o.GitRepoURL, Branch: o.GitBranch, Credentials: creds, Dir: o.GitCloneDir,
 		AuthorName: o.GitAuthorName, AuthorEmail: o.GitAuthorEmail, Timeout: o.GitTimeout,
 	}
 }

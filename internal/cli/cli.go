@@ -88,19 +88,21 @@ func runCmd(args []string, stdout, stderr io.Writer, getenv func(string) string)
 		fmt.Fprintf(stderr, "tenant-worker run: invalid settings:\n%v\n", err)
 		return 2
 	}
-	token, err := opts.Token()
+	// Every token read, now or after a rotation, is blanked in the logs.
+	redactor := logging.NewRedactor(stderr)
+	creds, err := opts.Credentials(redactor.Add)
 	if err != nil {
 		fmt.Fprintf(stderr, "tenant-worker run: %v\n", err)
 		return 2
 	}
-	log, err := logging.New(stderr, opts.LogLevel, opts.LogFormat, token)
+	log, err := logging.NewRedacted(redactor, opts.LogLevel, opts.LogFormat)
 	if err != nil {
 		fmt.Fprintf(stderr, "tenant-worker run: %v\n", err)
 		return 2
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	if err := app.Run(ctx, app.Config{Options: opts, Token: token, Logger: log, Version: Version()}); err != nil {
+	if err := app.Run(ctx, app.Config{Options: opts, Credentials: creds, Logger: log, Version: Version()}); err != nil {
 		log.Error().Err(err).Msg("worker failed")
 		return 1
 	}

@@ -76,13 +76,13 @@ func openRepo(ctx context.Context, cmd string, opts config.Options, line *progre
 		fmt.Fprintf(stderr, "tenant-worker %s: invalid settings:\n%v\n", cmd, err)
 		return nil, 2
 	}
-	token, err := opts.Token()
+	creds, err := opts.Credentials(nil)
 	if err != nil {
 		fmt.Fprintf(stderr, "tenant-worker %s: %v\n", cmd, err)
 		return nil, 2
 	}
 	line.Show("cloning %s", opts.GitRepoURL)
-	repo, err := gitrepo.Open(ctx, app.RepoOptions(opts, token))
+	repo, err := gitrepo.Open(ctx, app.RepoOptions(opts, creds))
 	line.Clear()
 	if err != nil {
 		fmt.Fprintf(stderr, "tenant-worker %s: %v\n", cmd, err)

@@ -13,6 +13,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/tenant-worker/tenant-worker/internal/credentials"
 )
 
 // Options are the worker's settings.
@@ -41,6 +43,7 @@ type Options struct {
 	MaxRetryDelay     time.Duration
 	ShutdownGrace     time.Duration
 	QueueStatsEvery   time.Duration
+	ProbeMaxDelay     time.Duration
 	ResultsQueue      string
 	RunHistory        int
 
@@ -72,6 +75,7 @@ func Default() Options {
 		MaxRetryDelay:     15 * time.Minute,
 		ShutdownGrace:     30 * time.Second,
 		QueueStatsEvery:   30 * time.Second,
+		ProbeMaxDelay:     30 * time.Second,
 		RunHistory:        200,
 		HTTPAddr:          ":8080",
 		LogLevel:          "info",
@@ -156,6 +160,7 @@ func (o *Options) BindGroups(fs *flag.FlagSet, getenv func(string) string, group
 		dur(&o.MaxRetryDelay, "max-retry-delay", "MAX_RETRY_DELAY", "longest redelivery delay")
 		dur(&o.ShutdownGrace, "shutdown-grace", "SHUTDOWN_GRACE", "time to finish the message in hand on SIGTERM")
 		dur(&o.QueueStatsEvery, "queue-stats-interval", "QUEUE_STATS_INTERVAL", "how often queue and dead-letter depths are read for metrics")
+		dur(&o.ProbeMaxDelay, "probe-max-delay", "PROBE_MAX_DELAY", "longest pause between probes while git or the repository is at fault")
 		num(&o.RunHistory, "run-history", "RUN_HISTORY", "finished runs kept for the status page and /api/runs")
 		str(&o.HTTPAddr, "http-addr", "HTTP_ADDR", "address serving the status page, /api/runs, /metrics, /healthz and /readyz")
 		str(&o.LogLevel, "log-level", "LOG_LEVEL", "debug, info, warn or error")
@@ -221,7 +226,8 @@ func (o *Options) ValidateGroups(groups Group) error {
 		errs = append(errs, fmt.Errorf("PUSH_ATTEMPTS must be at least 1, not %d", o.PushAttempts))
 	}
 	for name, d := range map[string]time.Duration{"GIT_TIMEOUT": o.GitTimeout, "RETRY_DELAY": o.RetryDelay,
-		"MAX_RETRY_DELAY": o.MaxRetryDelay, "SHUTDOWN_GRACE": o.ShutdownGrace, "QUEUE_STATS_INTERVAL": o.QueueStatsEvery} {
+		"MAX_RETRY_DELAY": o.MaxRetryDelay, "SHUTDOWN_GRACE": o.ShutdownGrace, "QUEUE_STATS_INTERVAL": o.QueueStatsEvery,
+		"PROBE_MAX_DELAY": o.ProbeMaxDelay} {
 		if d <= 0 {
 			errs = append(errs, fmt.Errorf("%s must be positive, not %s", name, d))
 		}
@@ -232,6 +238,20 @@ func (o *Options) ValidateGroups(groups Group) error {
 		errs = append(errs, fmt.Errorf("LOG_FORMAT must be json or console, not %q", o.LogFormat))
 	}
 	return errors.Join(errs...)
+}
+
+// Credentials returns what the git client authenticates with: the token of
+// GIT_TOKEN_FILE, read again when the file changes or the server refuses
+// it, or the fixed GIT_TOKEN. onSecret is called with every token read.
+func (o *Options) Credentials(onSecret func(string)) (credentials.Provider, error) {
+	if o.GitTokenFile == "" {
+		tok := strings.TrimSpace(o.GitToken)
+		if onSecret != nil {
+			onSecret(tok)
+		}
+		return credentials.Static(o.GitUsername, tok), nil
+	}
+	return credentials.File(o.GitUsername, o.GitTokenFile, onSecret)
 }
 
 // Token returns the git token from GIT_TOKEN or the file GIT_TOKEN_FILE.

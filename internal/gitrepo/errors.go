@@ -19,13 +19,31 @@ var (
 	ErrAuth = errors.New("git authentication failed")
 	// ErrTimeout: a network call took longer than its timeout.
 	ErrTimeout = errors.New("git call timed out")
+	// ErrUnavailable: the server could not be reached, or failed the call.
+	ErrUnavailable = errors.New("git server unavailable")
 )
+
+// IsUnavailable reports whether err is a failure to reach or be served by
+// the git server (a timeout included).
+func IsUnavailable(err error) bool {
+	return errors.Is(err, ErrUnavailable) || errors.Is(err, ErrTimeout)
+}
 
 // IsConflict reports whether err is a lost push race.
 func IsConflict(err error) bool { return errors.Is(err, ErrConflict) }
 
 // IsAuth reports whether err is an authentication failure.
 func IsAuth(err error) bool { return errors.Is(err, ErrAuth) }
+
+// classify is the package's classify, telling the credentials when the
+// server refused them.
+func (r *Repo) classify(op string, err error) error {
+	err = classify(op, err)
+	if IsAuth(err) {
+		r.auth.Refused()
+	}
+	return err
+}
 
 // classify maps go-git's errors to the sentinels for credentials and
 // timeouts. A lost race is not read from error text: Push decides it from
@@ -41,8 +59,10 @@ func classify(op string, err error) error {
 		return fmt.Errorf("%s: %w", op, ErrAuth)
 	case errors.Is(err, context.DeadlineExceeded):
 		return fmt.Errorf("%s: %w: %v", op, ErrTimeout, err)
+	case errors.Is(err, context.Canceled):
+		return fmt.Errorf("%s: %w", op, err)
 	}
-	return fmt.Errorf("%s: %w", op, err)
+	return fmt.Errorf("%s: %w: %w", op, ErrUnavailable, err)
 }
 
 func notExist(name string) error {

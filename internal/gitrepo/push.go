@@ -74,7 +74,7 @@ func (r *Repo) newObjects(parent, tip plumbing.Hash) ([]plumbing.Hash, map[plumb
 func (r *Repo) Push(ctx context.Context, parent, commit plumbing.Hash) error {
 	err := r.send(ctx, parent, commit)
 	if err != nil {
-		err = r.decide(ctx, parent, commit, classify("push "+r.opts.URL, err))
+		err = r.decide(ctx, parent, commit, r.classify("push "+r.opts.URL, err))
 	}
 	if err != nil {
 		if !IsConflict(err) {
@@ -109,11 +109,15 @@ var errNoReport = errors.New("the server sent no report on the push")
 func (r *Repo) send(ctx context.Context, parent, commit plumbing.Hash) error {
 	ctx, cancel := context.WithTimeout(ctx, r.opts.Timeout)
 	defer cancel()
+	auth, err := r.auth.Auth()
+	if err != nil {
+		return fmt.Errorf("%w: %v", ErrAuth, err)
+	}
 	hashes, bases, ok := r.newObjects(parent, commit)
 	if !ok || r.opts.WalkingPush {
-		return r.pushWalking(ctx, parent, commit)
+		return r.pushWalking(ctx, auth, parent, commit)
 	}
-	return r.sendPack(ctx, parent, commit, hashes, bases)
+	return r.sendPack(ctx, auth, parent, commit, hashes, bases)
 }
 
 // decide reads the branch back after a push that did not clearly succeed
@@ -144,9 +148,13 @@ func (r *Repo) RemoteHead(ctx context.Context) (plumbing.Hash, error) {
 	if err != nil {
 		return plumbing.ZeroHash, err
 	}
-	refs, err := remote.ListContext(ctx, &git.ListOptions{Auth: r.authMethod()})
+	auth, err := r.auth.Auth()
 	if err != nil {
-		return plumbing.ZeroHash, classify("list "+r.opts.URL, err)
+		return plumbing.ZeroHash, fmt.Errorf("list %s: %w: %v", r.opts.URL, ErrAuth, err)
+	}
+	refs, err := remote.ListContext(ctx, &git.ListOptions{Auth: auth})
+	if err != nil {
+		return plumbing.ZeroHash, r.classify("list "+r.opts.URL, err)
 	}
 	want := plumbing.NewBranchReferenceName(r.opts.Branch)
 	for _, ref := range refs {
@@ -157,24 +165,46 @@ func (r *Repo) RemoteHead(ctx context.Context) (plumbing.Hash, error) {
 	return plumbing.ZeroHash, nil
 }
 
-// authMethod is the credential to send, nil for none.
-func (r *Repo) authMethod() transport.AuthMethod {
-	if r.auth == nil {
-		return nil
+// CanPush asks the server for its receive-pack advertisement, which git
+// servers give only to a client that may push (Gitea checks the token's
+// write access there): it tells whether a push could get through, without
+// pushing. It also learns the server's capabilities for the next push.
+func (r *Repo) CanPush(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, r.opts.Timeout)
+	defer cancel()
+	auth, err := r.auth.Auth()
+	if err != nil {
+		return fmt.Errorf("%w: %v", ErrAuth, err)
 	}
-	return r.auth
+	sess, err := r.receivePackSession(auth)
+	if err != nil {
+		return r.classify("push "+r.opts.URL, err)
+	}
+	defer sess.Close()
+	ar, err := sess.AdvertisedReferencesContext(ctx)
+	if err != nil {
+		return r.classify("push "+r.opts.URL, err)
+	}
+	r.mu.Lock()
+	r.receiveCaps = ar.Capabilities
+	r.mu.Unlock()
+	return nil
 }
 
-func (r *Repo) sendPack(ctx context.Context, parent, commit plumbing.Hash, hashes []plumbing.Hash, bases map[plumbing.Hash]plumbing.Hash) error {
+func (r *Repo) receivePackSession(auth transport.AuthMethod) (transport.ReceivePackSession, error) {
 	ep, err := transport.NewEndpoint(r.opts.URL)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	c, err := client.NewClient(ep)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	sess, err := c.NewReceivePackSession(ep, r.authMethod())
+	return c.NewReceivePackSession(ep, auth)
+}
+
+func (r *Repo) sendPack(ctx context.Context, auth transport.AuthMethod, parent, commit plumbing.Hash, hashes []plumbing.Hash, bases map[plumbing.Hash]plumbing.Hash) error {
+	sess, err := r.receivePackSession(auth)
 	if err != nil {
 		return err
 	}

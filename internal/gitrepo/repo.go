@@ -19,20 +19,25 @@ import (
 	"github.com/go-git/go-git/v5/plumbing/cache"
 	"github.com/go-git/go-git/v5/plumbing/object"
 	"github.com/go-git/go-git/v5/plumbing/protocol/packp/capability"
-	githttp "github.com/go-git/go-git/v5/plumbing/transport/http"
+	"github.com/go-git/go-git/v5/plumbing/transport"
 	"github.com/go-git/go-git/v5/storage"
 	"github.com/go-git/go-git/v5/storage/filesystem"
 	"github.com/go-git/go-git/v5/storage/memory"
+
+	"github.com/tenant-worker/tenant-worker/internal/credentials"
 )
 
 const remoteName = "origin"
 
 // Options configure a Repo.
 type Options struct {
-	URL         string
-	Branch      string
-	Username    string
-	Token       string // never written anywhere: it is only sent as HTTP basic auth
+	URL      string
+	Branch   string
+	Username string
+	Token    string // never written anywhere: it is only sent as HTTP basic auth
+	// Credentials, if set, is asked for the credential of every call
+	// instead of Username and Token.
+	Credentials credentials.Provider
 	Dir         string // where the clone's objects live; empty keeps them in memory
 	AuthorName  string
 	AuthorEmail string
@@ -47,7 +52,7 @@ type Options struct {
 type Repo struct {
 	opts Options
 	repo *git.Repository
-	auth *githttp.BasicAuth
+	auth credentials.Provider
 	head plumbing.Hash // the remote branch as of the last fetch or push
 
 	mu           sync.Mutex
@@ -81,13 +86,9 @@ func Open(ctx context.Context, opts Options) (*Repo, error) {
 	if err != nil {
 		return nil, fmt.Errorf("open clone: %w", err)
 	}
-	r := &Repo{opts: opts, repo: repo}
-	if opts.Token != "" {
-		user := opts.Username
-		if user == "" {
-			user = "git"
-		}
-		r.auth = &githttp.BasicAuth{Username: user, Password: opts.Token}
+	r := &Repo{opts: opts, repo: repo, auth: opts.Credentials}
+	if r.auth == nil {
+		r.auth = credentials.Static(opts.Username, opts.Token)
 	}
 	if err := r.configureRemote(); err != nil {
 		return nil, err
@@ -158,9 +159,13 @@ func (r *Repo) Branch() string { return r.opts.Branch }
 func (r *Repo) Fetch(ctx context.Context) (plumbing.Hash, error) {
 	ctx, cancel := context.WithTimeout(ctx, r.opts.Timeout)
 	defer cancel()
-	err := r.repo.FetchContext(ctx, &git.FetchOptions{
+	auth, err := r.auth.Auth()
+	if err != nil {
+		return plumbing.ZeroHash, fmt.Errorf("fetch: %w: %v", ErrAuth, err)
+	}
+	err = r.repo.FetchContext(ctx, &git.FetchOptions{
 		RemoteName: remoteName,
-		Auth:       r.authMethod(),
+		Auth:       auth,
 		Force:      true,
 		Tags:       git.NoTags,
 	})
@@ -168,7 +173,7 @@ func (r *Repo) Fetch(ctx context.Context) (plumbing.Hash, error) {
 		if strings.Contains(err.Error(), "couldn't find remote ref") {
 			return plumbing.ZeroHash, fmt.Errorf("fetch %s: branch %q does not exist", r.opts.URL, r.opts.Branch)
 		}
-		return plumbing.ZeroHash, classify("fetch "+r.opts.URL, err)
+		return plumbing.ZeroHash, r.classify("fetch "+r.opts.URL, err)
 	}
 	ref, err := r.repo.Reference(r.trackingRef(), true)
 	if err != nil {
@@ -254,12 +259,12 @@ func (r *Repo) Commit(parent plumbing.Hash, files map[string][]byte, msg string)
 
 // pushWalking pushes with go-git's own push, which walks the history to find
 // the objects to send; used for commits this Repo did not write.
-func (r *Repo) pushWalking(ctx context.Context, parent, commit plumbing.Hash) error {
+func (r *Repo) pushWalking(ctx context.Context, auth transport.AuthMethod, parent, commit plumbing.Hash) error {
 	dst := plumbing.NewBranchReferenceName(r.opts.Branch)
 	opts := &git.PushOptions{
 		RemoteName: remoteName,
 		RefSpecs:   []config.RefSpec{config.RefSpec(commit.String() + ":" + dst.String())},
-		Auth:       r.authMethod(),
+		Auth:       auth,
 	}
 	if !parent.IsZero() {
 		opts.RequireRemoteRefs = []config.RefSpec{config.RefSpec(parent.String() + ":" + dst.String())}

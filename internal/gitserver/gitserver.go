@@ -107,6 +107,13 @@ func (s *Server) track() func() {
 	}
 }
 
+// SetToken changes the token the server accepts (a rotation).
+func (s *Server) SetToken(token string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.token = token
+}
+
 // SetHook installs h (nil removes it).
 func (s *Server) SetHook(h Hook) {
 	s.mu.Lock()
@@ -117,9 +124,12 @@ func (s *Server) SetHook(h Hook) {
 // ServeHTTP checks the token, runs the hook and hands the request to git.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	defer s.track()()
-	if s.token != "" {
+	s.mu.Lock()
+	token := s.token
+	s.mu.Unlock()
+	if token != "" {
 		_, pass, ok := r.BasicAuth()
-		if !ok || subtle.ConstantTimeCompare([]byte(pass), []byte(s.token)) != 1 {
+		if !ok || subtle.ConstantTimeCompare([]byte(pass), []byte(token)) != 1 {
 			w.Header().Set("WWW-Authenticate", `Basic realm="git"`)
 			http.Error(w, "authentication required", http.StatusUnauthorized)
 			return
@@ -139,7 +149,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // example, once the branch was updated but before the client hears so).
 func (s *Server) Backend(w http.ResponseWriter, r *http.Request) {
 	user, _, ok := r.BasicAuth()
-	if !ok || user == "" || s.token == "" {
+	if !ok || user == "" {
 		user = "anonymous"
 	}
 	h := &cgi.Handler{

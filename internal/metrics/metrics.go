@@ -6,6 +6,7 @@ package metrics
 import (
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/tenant-worker/tenant-worker/internal/gate"
 	"github.com/tenant-worker/tenant-worker/internal/reject"
 )
 
@@ -40,7 +41,17 @@ type Metrics struct {
 	DeadLetterMessages *prometheus.GaugeVec
 	// ResultEvents counts result events published to RESULTS_QUEUE.
 	ResultEvents *prometheus.CounterVec
+	// Paused is 1 for the cause that stopped the consumers, 0 otherwise.
+	Paused *prometheus.GaugeVec
+	// Probes counts the probes of a paused worker, by result.
+	Probes *prometheus.CounterVec
 }
+
+// Results of a probe, the values of the "result" label.
+const (
+	ProbePassed = "passed"
+	ProbeFailed = "failed"
+)
 
 // Results of publishing result events, the values of the "result" label.
 const (
@@ -110,8 +121,23 @@ func New(reg prometheus.Registerer) *Metrics {
 		Name: "tenant_worker_result_events_total",
 		Help: "Result events published to RESULTS_QUEUE, by result (sent, failed).",
 	}, []string{"result"})
+	m.Paused = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "tenant_worker_paused",
+		Help: "1 while the worker receives no messages because git or the repository is at fault, by cause (git_unreachable, git_credentials, repository_broken).",
+	}, []string{"cause"})
+	m.Probes = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "tenant_worker_probes_total",
+		Help: "Probes of a paused worker for the fault to be gone, by result (passed, failed).",
+	}, []string{"result"})
 	reg.MustRegister(m.Messages, m.Rejections, m.MessageDuration, m.StepDuration, m.LockWait,
-		m.PushAttempts, m.LastPush, m.SQSErrors, m.QueueMessages, m.DeadLetterMessages, m.ResultEvents)
+		m.PushAttempts, m.LastPush, m.SQSErrors, m.QueueMessages, m.DeadLetterMessages, m.ResultEvents,
+		m.Paused, m.Probes)
+	for _, c := range gate.Causes {
+		m.Paused.WithLabelValues(string(c))
+	}
+	for _, r := range []string{ProbePassed, ProbeFailed} {
+		m.Probes.WithLabelValues(r)
+	}
 
 	for _, s := range Steps {
 		m.StepDuration.WithLabelValues(s)

@@ -32,6 +32,9 @@ type Repository interface {
 	Commit(parent plumbing.Hash, files map[string][]byte, msg string) (plumbing.Hash, error)
 	CommitInfo(h plumbing.Hash) ([]plumbing.Hash, string, error)
 	Push(ctx context.Context, parent, commit plumbing.Hash) error
+	// CanPush tells whether the server would take a push from us now
+	// (reachable, credentials accepted), without pushing.
+	CanPush(ctx context.Context) error
 }
 
 // Job is one request of a batch, with the message it came from.
@@ -129,6 +132,28 @@ func (p *Pipeline) ApplyOne(ctx context.Context, req message.Request) Result {
 // Apply carries out jobs in order: each applied job gets its own commit, and
 // all of them are pushed at once. It returns one result per job.
 func (p *Pipeline) Apply(ctx context.Context, jobs []Job) []Result {
+	return p.apply(ctx, jobs, p.opts.DryRun)
+}
+
+// Probe tells whether the fault that job met (git unreachable, credentials
+// refused, a repository that does not build) is gone: the server must take
+// a push from us, and job must go through everything but the push on a
+// fresh head without meeting a fault of the repository. A job that would
+// now be rejected passes: it is its own fault, not the repository's.
+func (p *Pipeline) Probe(ctx context.Context, job Job) error {
+	if err := p.repo.CanPush(ctx); err != nil {
+		return err
+	}
+	job.MessageID = "" // a dry run of the request, not a delivery
+	res := p.apply(ctx, []Job{job}, true)[0]
+	if _, rejected := reject.As(res.Err); rejected {
+		return nil
+	}
+	return res.Err
+}
+
+// apply is Apply, pushing nothing when dryRun.
+func (p *Pipeline) apply(ctx context.Context, jobs []Job, dryRun bool) []Result {
 	results := make([]Result, len(jobs))
 	waited := time.Now()
 	select {
@@ -159,8 +184,8 @@ func (p *Pipeline) Apply(ctx context.Context, jobs []Job) []Result {
 		// The first attempt builds on the head as last seen, without a fetch:
 		// the push is a compare-and-swap, so a stale head costs only a lost
 		// race. Decisions that push nothing are confirmed on a fresh head.
-		optimistic := attempt == 1 && !p.repo.Head().IsZero()
-		b := &batch{p: p, jobs: jobs, results: make([]Result, len(jobs)), plans: plans, optimistic: optimistic}
+		optimistic := attempt == 1 && !p.repo.Head().IsZero() && !dryRun
+		b := &batch{p: p, jobs: jobs, results: make([]Result, len(jobs)), plans: plans, optimistic: optimistic, dryRun: dryRun}
 		err := b.run(ctx)
 		ev := log.Debug().Int("jobs", len(jobs)).Int("attempt", attempt).AnErr("push_error", err)
 		for step, d := range b.spent {
@@ -197,6 +222,7 @@ type batch struct {
 	// the batch, to find which job breaks them.
 	perJob     bool
 	optimistic bool     // built on the last seen head, without a fetch
+	dryRun     bool     // everything but the push
 	changed    []string // paths the pending commits change
 	spent      map[string]time.Duration
 	plans      map[int]planned // by job index, shared by the attempts of a batch
@@ -254,7 +280,7 @@ func (b *batch) run(ctx context.Context) error {
 	if b.optimistic && !b.allApplied() {
 		// A no-op, a duplicate or a refusal decided on a head that may be
 		// stale is not trusted: decide again on a fetched head.
-		*b = batch{p: b.p, jobs: b.jobs, results: make([]Result, len(b.jobs)), perJob: b.perJob, plans: b.plans}
+		*b = batch{p: b.p, jobs: b.jobs, results: make([]Result, len(b.jobs)), perJob: b.perJob, plans: b.plans, dryRun: b.dryRun}
 		return b.run(ctx)
 	}
 	if b.tip == b.base {
@@ -264,11 +290,11 @@ func (b *batch) run(ctx context.Context) error {
 		if err := b.checkTip(); err != nil {
 			// Some job breaks the build: start over, checking job by job.
 			zerolog.Ctx(ctx).Info().Err(err).Msg("batch does not build; validating its messages one by one")
-			*b = batch{p: b.p, jobs: b.jobs, results: make([]Result, len(b.jobs)), perJob: true, plans: b.plans, optimistic: b.optimistic}
+			*b = batch{p: b.p, jobs: b.jobs, results: make([]Result, len(b.jobs)), perJob: true, plans: b.plans, optimistic: b.optimistic, dryRun: b.dryRun}
 			return b.run(ctx)
 		}
 	}
-	if b.p.opts.DryRun {
+	if b.dryRun {
 		return nil
 	}
 	return b.timed("push", func() error { return b.push(ctx) })

@@ -76,6 +76,10 @@ type Options struct {
 	// ShutdownGrace is how long messages in hand may take after shutdown
 	// begins.
 	ShutdownGrace time.Duration
+	// Hold, if set, is waited on before every receive: it returns once
+	// receiving makes sense (git and the repository are well) or with the
+	// context's error.
+	Hold func(ctx context.Context) error
 }
 
 // Observer receives the consumer's SQS call failures, for metrics.
@@ -125,6 +129,9 @@ func (c *Consumer) Run(ctx context.Context) {
 	log := zerolog.Ctx(ctx).With().Str("queue", c.queue.Name).Logger()
 	backoff := time.Second
 	for ctx.Err() == nil {
+		if c.opts.Hold != nil && c.opts.Hold(ctx) != nil {
+			return
+		}
 		out, err := c.poll(ctx)
 		if err != nil {
 			if ctx.Err() != nil {

@@ -66,7 +66,18 @@ type Status struct {
 	Runs     []Run     `json:"runs"`
 	Queues   []Queue   `json:"queues"`
 	LastPush time.Time `json:"last_push,omitzero"`
-	Now      time.Time `json:"now"`
+	// Paused says why the worker does not receive messages, while it does not.
+	Paused *Pause    `json:"paused,omitempty"`
+	Now    time.Time `json:"now"`
+}
+
+// Pause is why the worker stopped receiving: git or the repository is at
+// fault, and it probes until the fault is gone.
+type Pause struct {
+	Cause  string    `json:"cause"`
+	Error  string    `json:"error"`
+	Since  time.Time `json:"since"`
+	Probes int       `json:"probes"`
 }
 
 // Recorder holds the history. It is safe for concurrent use.
@@ -80,6 +91,7 @@ type Recorder struct {
 	queues   map[string]*Queue
 	lastSent map[string]time.Time // per queue: sent time of the last message received
 	lastPush time.Time
+	paused   *Pause
 	now      func() time.Time
 }
 
@@ -188,6 +200,13 @@ func fillFrom(run, started *Run) {
 	}
 }
 
+// SetPause records why the worker is paused; nil when it is not.
+func (r *Recorder) SetPause(p *Pause) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.paused = p
+}
+
 // SetPush records a successful push made outside a recorded run.
 func (r *Recorder) SetPush(at time.Time) {
 	r.mu.Lock()
@@ -221,6 +240,10 @@ func (r *Recorder) Status() Status {
 	defer r.mu.Unlock()
 	now := r.now()
 	s := Status{Now: now, LastPush: r.lastPush, InFlight: []Run{}, Runs: make([]Run, 0, len(r.done))}
+	if r.paused != nil {
+		p := *r.paused
+		s.Paused = &p
+	}
 	oldest := map[string]time.Time{}
 	for _, id := range r.order {
 		run := *r.inflight[id]

@@ -11,6 +11,9 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"github.com/tenant-worker/tenant-worker/internal/gate"
+	"github.com/tenant-worker/tenant-worker/internal/gitops"
+	"github.com/tenant-worker/tenant-worker/internal/gitrepo"
 	"github.com/tenant-worker/tenant-worker/internal/message"
 	"github.com/tenant-worker/tenant-worker/internal/metrics"
 	"github.com/tenant-worker/tenant-worker/internal/pipeline"
@@ -23,6 +26,14 @@ import (
 // Applier carries out jobs; *pipeline.Pipeline is one.
 type Applier interface {
 	Apply(ctx context.Context, jobs []pipeline.Job) []pipeline.Result
+	// Probe tells whether the fault a job met is gone.
+	Probe(ctx context.Context, job pipeline.Job) error
+}
+
+// Gate is where the worker stops the consumers while git or the repository
+// is at fault; *gate.Gate is one.
+type Gate interface {
+	Close(cause gate.Cause, err error, probe gate.Probe)
 }
 
 // Worker handles the messages of every queue with one Applier.
@@ -31,6 +42,7 @@ type Worker struct {
 	metrics *metrics.Metrics
 	runs    *runs.Recorder
 	publish Publisher
+	gate    Gate
 }
 
 // Publisher sends result events; *results.Publisher is one.
@@ -38,77 +50,115 @@ type Publisher interface {
 	Publish(ctx context.Context, events []results.Event) (int, error)
 }
 
-// New returns a Worker. It records every run in rec, and publishes the
-// result of every finished message with pub when pub is not nil.
-func New(a Applier, m *metrics.Metrics, rec *runs.Recorder, pub Publisher) *Worker {
-	return &Worker{applier: a, metrics: m, runs: rec, publish: pub}
+// New returns a Worker. It records every run in rec, publishes the result
+// of every finished message with pub when pub is not nil, and closes g when
+// git or the repository is at fault (g may be nil).
+func New(a Applier, m *metrics.Metrics, rec *runs.Recorder, pub Publisher, g Gate) *Worker {
+	return &Worker{applier: a, metrics: m, runs: rec, publish: pub, gate: g}
 }
 
-// Handler returns the queue handler for messages of kind on queueName.
+// delivery is one message on its way through the worker: what came in, what
+// it asked for, what happened and how the message is settled.
+type delivery struct {
+	msg     queue.Message
+	log     zerolog.Logger
+	run     runs.Run
+	job     *pipeline.Job // nil when the body did not decode
+	outcome string
+	settle  queue.Disposition
+}
+
+// Handler returns the queue handler for messages of kind on queueName:
+// decode each message, apply the decoded ones together, then finish each
+// (metrics, run history, result events).
 func (w *Worker) Handler(kind message.Kind, queueName string) queue.Handler {
 	return func(ctx context.Context, msgs []queue.Message) []queue.Disposition {
 		start := time.Now()
 		// The consumer's logger already names the queue.
 		base := zerolog.Ctx(ctx).With().Str("kind", string(kind)).Logger()
-		logs := make([]zerolog.Logger, len(msgs))
-		ds := make([]queue.Disposition, len(msgs))
-		outcomes := make([]string, len(msgs))
-		done := make([]runs.Run, len(msgs))
+		ds := make([]*delivery, len(msgs))
 		for i, m := range msgs {
-			done[i] = runs.Run{MessageID: m.ID, Queue: queueName, Kind: string(kind), ReceiveCount: m.ReceiveCount, SentAt: m.SentAt, Started: start}
+			ds[i] = &delivery{msg: m, run: runs.Run{MessageID: m.ID, Queue: queueName, Kind: string(kind),
+				ReceiveCount: m.ReceiveCount, SentAt: m.SentAt, Started: start}}
 		}
-		w.runs.Start(done...)
-
-		// Decode first: bad messages never reach the repository lock.
-		var jobs []pipeline.Job
-		var index []int
-		for i, m := range msgs {
-			logs[i] = base.With().Str("message_id", m.ID).Int("receive_count", m.ReceiveCount).Logger()
-			req, err := message.Decode(kind, []byte(m.Body))
-			if err != nil {
-				outcomes[i], ds[i] = w.failed(logs[i], queueName, err)
-				done[i].Body = clip(m.Body, 512)
-				continue
-			}
-			logs[i] = logs[i].With().Str("tenant", req.TenantID).Str("tier", req.Tier).Logger()
-			done[i].Tenant, done[i].Tier, done[i].Release = req.TenantID, req.Tier, req.ReleaseVersion
-			w.runs.Update([]string{m.ID}, func(r *runs.Run) { r.Tenant, r.Tier, r.Release = req.TenantID, req.Tier, req.ReleaseVersion })
-			jobs = append(jobs, pipeline.Job{Request: req, MessageID: m.ID, Queue: queueName, Group: m.GroupID})
-			index = append(index, i)
+		for _, d := range ds {
+			w.runs.Start(d.run)
 		}
-		if len(jobs) > 0 {
-			for j, res := range w.applier.Apply(base.WithContext(ctx), jobs) {
-				i := index[j]
-				outcomes[i], ds[i] = w.settled(logs[i], queueName, msgs[i], res)
-				done[i].Attempts, done[i].CommitMessage = res.Attempts, res.Message
-				if !res.Commit.IsZero() && res.Err == nil {
-					done[i].Commit = res.Commit.String()
-				}
-				done[i].StepsMS = make(map[string]int64, len(res.Steps))
-				for step, d := range res.Steps {
-					done[i].StepsMS[step] = d.Milliseconds()
-				}
-			}
+		for _, d := range ds {
+			w.decode(base, kind, queueName, d)
 		}
-		finished := time.Now()
-		var events []results.Event
-		for i := range msgs {
-			w.metrics.Messages.WithLabelValues(queueName, outcomes[i]).Inc()
-			w.metrics.MessageDuration.WithLabelValues(queueName, outcomes[i]).Observe(finished.Sub(start).Seconds())
-			r := &done[i]
-			r.Outcome, r.Reason, r.Error, r.Finished = outcomes[i], ds[i].Reason, ds[i].Detail, finished
-			w.runs.Finish(*r)
-			if outcomes[i] != metrics.OutcomeRetry {
-				events = append(events, results.Event{
-					MessageID: r.MessageID, Queue: queueName, Kind: r.Kind, TenantID: r.Tenant, Tier: r.Tier,
-					Outcome: r.Outcome, Reason: r.Reason, Error: r.Error, CommitSHA: r.Commit,
-					DurationMS: finished.Sub(start).Milliseconds(),
-				})
-			}
+		w.apply(base.WithContext(ctx), queueName, ds)
+		w.finish(ctx, base, queueName, ds, start)
+		out := make([]queue.Disposition, len(ds))
+		for i, d := range ds {
+			out[i] = d.settle
 		}
-		w.publishResults(ctx, base, events)
-		return ds
+		return out
 	}
+}
+
+// decode reads a message's body. A bad one is settled at once: it never
+// reaches the repository lock.
+func (w *Worker) decode(base zerolog.Logger, kind message.Kind, queueName string, d *delivery) {
+	d.log = base.With().Str("message_id", d.msg.ID).Int("receive_count", d.msg.ReceiveCount).Logger()
+	req, err := message.Decode(kind, []byte(d.msg.Body))
+	if err != nil {
+		d.outcome, d.settle = w.failed(d.log, queueName, err)
+		d.run.Body = clip(d.msg.Body, 512)
+		return
+	}
+	d.log = d.log.With().Str("tenant", req.TenantID).Str("tier", req.Tier).Logger()
+	d.run.Tenant, d.run.Tier, d.run.Release = req.TenantID, req.Tier, req.ReleaseVersion
+	w.runs.Update([]string{d.msg.ID}, func(r *runs.Run) { r.Tenant, r.Tier, r.Release = req.TenantID, req.Tier, req.ReleaseVersion })
+	d.job = &pipeline.Job{Request: req, MessageID: d.msg.ID, Queue: queueName, Group: d.msg.GroupID}
+}
+
+// apply carries out the decoded deliveries as one batch.
+func (w *Worker) apply(ctx context.Context, queueName string, ds []*delivery) {
+	var jobs []pipeline.Job
+	var todo []*delivery
+	for _, d := range ds {
+		if d.job != nil {
+			jobs, todo = append(jobs, *d.job), append(todo, d)
+		}
+	}
+	if len(jobs) == 0 {
+		return
+	}
+	for i, res := range w.applier.Apply(ctx, jobs) {
+		d := todo[i]
+		d.outcome, d.settle = w.settled(d, queueName, res)
+		d.run.Attempts, d.run.CommitMessage = res.Attempts, res.Message
+		if !res.Commit.IsZero() && res.Err == nil {
+			d.run.Commit = res.Commit.String()
+		}
+		d.run.StepsMS = make(map[string]int64, len(res.Steps))
+		for step, dur := range res.Steps {
+			d.run.StepsMS[step] = dur.Milliseconds()
+		}
+	}
+}
+
+// finish records each delivery's outcome in metrics and the run history,
+// and publishes the result events of the finished ones.
+func (w *Worker) finish(ctx context.Context, log zerolog.Logger, queueName string, ds []*delivery, start time.Time) {
+	finished := time.Now()
+	var events []results.Event
+	for _, d := range ds {
+		w.metrics.Messages.WithLabelValues(queueName, d.outcome).Inc()
+		w.metrics.MessageDuration.WithLabelValues(queueName, d.outcome).Observe(finished.Sub(start).Seconds())
+		r := &d.run
+		r.Outcome, r.Reason, r.Error, r.Finished = d.outcome, d.settle.Reason, d.settle.Detail, finished
+		w.runs.Finish(*r)
+		if d.outcome != metrics.OutcomeRetry {
+			events = append(events, results.Event{
+				MessageID: r.MessageID, Queue: queueName, Kind: r.Kind, TenantID: r.Tenant, Tier: r.Tier,
+				Outcome: r.Outcome, Reason: r.Reason, Error: r.Error, CommitSHA: r.Commit,
+				DurationMS: finished.Sub(start).Milliseconds(),
+			})
+		}
+	}
+	w.publishResults(ctx, log, events)
 }
 
 // publishResults sends the result events of finished messages. A failure
@@ -126,8 +176,18 @@ func (w *Worker) publishResults(ctx context.Context, log zerolog.Logger, events 
 }
 
 // settled logs the result of a job and says how to settle its message.
-func (w *Worker) settled(log zerolog.Logger, queueName string, m queue.Message, res pipeline.Result) (string, queue.Disposition) {
+func (w *Worker) settled(d *delivery, queueName string, res pipeline.Result) (string, queue.Disposition) {
+	log, m := d.log, d.msg
 	if res.Err != nil {
+		if cause, ok := faultOf(res.Err); ok && w.gate != nil {
+			// Not the message's fault, nor one a retry of it alone would
+			// mend: stop receiving until a probe finds the fault gone, and
+			// let the message go back at once for when it is.
+			job := *d.job
+			w.gate.Close(cause, res.Err, func(ctx context.Context) error { return w.applier.Probe(ctx, job) })
+			log.Error().Err(res.Err).Str("pause", string(cause)).Msg("message failed; SQS will redeliver it")
+			return metrics.OutcomeRetry, queue.Disposition{Action: queue.Release, Detail: res.Err.Error()}
+		}
 		return w.failed(log, queueName, res.Err)
 	}
 	ev := log.Info().Str("commit", res.Commit.String()).Int("attempts", res.Attempts).
@@ -143,6 +203,20 @@ func (w *Worker) settled(log zerolog.Logger, queueName string, m queue.Message, 
 		ev.Str("commit_message", res.Message).Msg("tenant change pushed")
 		return metrics.OutcomeApplied, queue.Disposition{Action: queue.Ack}
 	}
+}
+
+// faultOf says whether err is a fault of git or the repository, which
+// stops the consumers, and which.
+func faultOf(err error) (gate.Cause, bool) {
+	switch {
+	case gitops.IsBroken(err):
+		return gate.RepositoryBroken, true
+	case gitrepo.IsAuth(err):
+		return gate.GitCredentials, true
+	case gitrepo.IsUnavailable(err):
+		return gate.GitUnreachable, true
+	}
+	return "", false
 }
 
 // failed logs a failure once and classifies it: a rejection is terminal,

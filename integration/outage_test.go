@@ -1,0 +1,113 @@
+package integration
+
+import (
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/tenant-worker/tenant-worker/internal/config"
+)
+
+// probeRequests counts the requests a paused worker makes to learn whether
+// it may push again (the receive-pack advertisement).
+func isProbe(r *http.Request) bool {
+	return r.Method == http.MethodGet && r.URL.Query().Get("service") == "git-receive-pack"
+}
+
+// readyz returns the worker's /readyz answer.
+func readyz(addr string) string {
+	resp, err := http.Get("http://" + addr + "/readyz")
+	if err != nil {
+		return ""
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return string(b)
+}
+
+// TestGitOutageDeadLettersNothing: while git is down the worker stops
+// receiving, says why, probes, and resumes by itself. The outage lasts for
+// more failed probes than the queue's redrive allows receives (5): had the
+// worker kept receiving, SQS would have dead-lettered the message.
+func TestGitOutageDeadLettersNothing(t *testing.T) {
+	h := newHarness(t, true)
+	h.tune = func(o *config.Options) { o.ProbeMaxDelay = 100 * time.Millisecond }
+	var down atomic.Bool
+	var failedProbes atomic.Int32
+	const outageProbes = 15
+	h.git.SetHook(func(w http.ResponseWriter, r *http.Request) bool {
+		if !down.Load() {
+			return true
+		}
+		if isProbe(r) && failedProbes.Add(1) >= outageProbes {
+			down.Store(false) // the outage ends at a known point: after 15 failed probes
+		}
+		http.Error(w, "git is down", http.StatusServiceUnavailable)
+		return false
+	})
+	h.start()
+	down.Store(true)
+	id := h.send(h.q.onboarding, `{"tenant_id":"tenant-1","tenant_tier":"premium","release_version":"0.0"}`)
+	h.waitFor("the worker to pause", 20*time.Second, func() bool {
+		return strings.Contains(readyz(h.httpAddr), "git_unreachable")
+	})
+	if m := h.httpGet("/metrics"); !strings.Contains(m, `tenant_worker_paused{cause="git_unreachable"} 1`) {
+		t.Errorf("metrics while paused lack the paused gauge")
+	}
+	if page := h.httpGet("/"); !strings.Contains(page, `id="paused"`) {
+		t.Errorf("the status page does not say the worker is paused")
+	}
+	line := h.outcome(id)
+	if line["message"] != "tenant change pushed" {
+		t.Fatalf("after the outage: %v", line)
+	}
+	if n := failedProbes.Load(); n < outageProbes {
+		t.Fatalf("the outage ended after %d failed probes, planned %d", n, outageProbes)
+	}
+	// One receive met the outage, one after it: the receive count never
+	// climbed while git was down.
+	if rc := line["receive_count"].(float64); rc > 2 {
+		t.Fatalf("receive count %v after the outage, want at most 2", rc)
+	}
+	if got := h.drainDLQ(h.q.dlq["onboarding"]); len(got) != 0 {
+		t.Fatalf("dead letters after a git outage: %v", got)
+	}
+	h.waitFor("ready again", 10*time.Second, func() bool { return readyz(h.httpAddr) == "ready\n" })
+}
+
+// TestTokenRotation: the server starts refusing the token; the worker stops
+// receiving, and resumes once the token file holds the new token, which it
+// reads again after the refusal. Neither token is ever printed.
+func TestTokenRotation(t *testing.T) {
+	h := newHarness(t, true)
+	tokenFile := filepath.Join(t.TempDir(), "token")
+	if err := os.WriteFile(tokenFile, []byte(token+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	p := h.startBinary("GIT_TOKEN_FILE="+tokenFile, "PROBE_MAX_DELAY=100ms")
+	const rotated = "tok-rotated-2b9d-never-print-me"
+	h.git.SetToken(rotated)
+	id := h.send(h.q.onboarding, `{"tenant_id":"tenant-1","tenant_tier":"premium","release_version":"0.0"}`)
+	// Three probes refused: the file still holds the old token.
+	h.waitFor("the worker to pause for its credentials", 20*time.Second, func() bool {
+		return len(p.logs.lines("message", "still paused: the fault is still there")) >= 3 &&
+			len(p.logs.lines("cause", "git_credentials")) > 0
+	})
+	if err := os.WriteFile(tokenFile, []byte(rotated+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if line := h.outcome(id); line["message"] != "tenant change pushed" {
+		t.Fatalf("after the rotation: %v", line)
+	}
+	if got := h.drainDLQ(h.q.dlq["onboarding"]); len(got) != 0 {
+		t.Fatalf("dead letters after a token rotation: %v", got)
+	}
+	if out := p.logs.String(); strings.Contains(out, rotated) || strings.Contains(out, token) {
+		t.Fatal("a token was printed")
+	}
+}

@@ -1,0 +1,168 @@
+// Package gate holds the worker back while the git server or the repository
+// is at fault. Receiving messages that can only fail would count a receive
+// against each of them, and after the queue's maxReceiveCount SQS moves them
+// to the dead-letter queue unapplied. So the consumers wait at a closed gate
+// (receive counts stop climbing), and a prober opens it again once the fault
+// is gone.
+package gate
+
+import (
+	"context"
+	"sync"
+	"time"
+)
+
+// Cause says what is at fault, the value of the metric's "cause" label.
+type Cause string
+
+// The causes that close the gate.
+const (
+	// GitUnreachable: the server does not answer, or answers with an error.
+	GitUnreachable Cause = "git_unreachable"
+	// GitCredentials: the server refuses the credentials (401, 403).
+	GitCredentials Cause = "git_credentials"
+	// RepositoryBroken: a template does not render, the branch does not
+	// build: no message of that kind and tier can pass until someone fixes it.
+	RepositoryBroken Cause = "repository_broken"
+)
+
+// Causes lists every cause, for pre-initialising metrics.
+var Causes = []Cause{GitUnreachable, GitCredentials, RepositoryBroken}
+
+// Probe checks whether a fault is gone; nil opens the gate.
+type Probe func(ctx context.Context) error
+
+// Fault is why the gate is closed.
+type Fault struct {
+	Cause Cause     `json:"cause"`
+	Error string    `json:"error"`
+	Since time.Time `json:"since"`
+	// Probes counts the probes that found the fault still there.
+	Probes int `json:"probes"`
+	probe  Probe
+}
+
+// Gate is open unless a fault closed it. The zero value is not usable: use New.
+type Gate struct {
+	mu     sync.Mutex
+	fault  *Fault
+	open   chan struct{} // closed while the gate is open
+	closed chan struct{} // closed while the gate is closed
+	// OnChange, if set, is called (without the lock) when the gate opens or
+	// closes, for metrics and logs.
+	onChange func(f *Fault)
+}
+
+// New returns an open gate. onChange, if not nil, hears of every change:
+// the new fault, or nil when the gate opened.
+func New(onChange func(f *Fault)) *Gate {
+	g := &Gate{open: make(chan struct{}), closed: make(chan struct{}), onChange: onChange}
+	close(g.open)
+	return g
+}
+
+// Close closes the gate for cause, unless it is closed already; probe tells
+// when the fault is gone.
+func (g *Gate) Close(cause Cause, err error, probe Probe) {
+	g.mu.Lock()
+	if g.fault != nil {
+		g.mu.Unlock()
+		return
+	}
+	f := &Fault{Cause: cause, Error: err.Error(), Since: time.Now(), probe: probe}
+	g.fault = f
+	g.open = make(chan struct{})
+	close(g.closed)
+	g.mu.Unlock()
+	if g.onChange != nil {
+		g.onChange(f)
+	}
+}
+
+// Open opens the gate.
+func (g *Gate) Open() {
+	g.mu.Lock()
+	if g.fault == nil {
+		g.mu.Unlock()
+		return
+	}
+	g.fault = nil
+	g.closed = make(chan struct{})
+	close(g.open)
+	g.mu.Unlock()
+	if g.onChange != nil {
+		g.onChange(nil)
+	}
+}
+
+// Wait returns once the gate is open, or with ctx's error.
+func (g *Gate) Wait(ctx context.Context) error {
+	g.mu.Lock()
+	open := g.open
+	g.mu.Unlock()
+	select {
+	case <-open:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// Fault returns a copy of why the gate is closed, or nil when it is open.
+func (g *Gate) Fault() *Fault {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.fault == nil {
+		return nil
+	}
+	f := *g.fault
+	return &f
+}
+
+// Backoff bounds the pauses between probes.
+type Backoff struct{ First, Max time.Duration }
+
+// Watch probes a closed gate, with pauses doubling from b.First to b.Max,
+// and opens it when its probe passes; it returns when ctx ends. onProbe,
+// if set, hears each probe's result.
+func (g *Gate) Watch(ctx context.Context, b Backoff, onProbe func(f Fault, err error)) {
+	for {
+		g.mu.Lock()
+		closed := g.closed
+		g.mu.Unlock()
+		select {
+		case <-ctx.Done():
+			return
+		case <-closed:
+		}
+		delay := b.First
+		for {
+			t := time.NewTimer(delay)
+			select {
+			case <-ctx.Done():
+				t.Stop()
+				return
+			case <-t.C:
+			}
+			g.mu.Lock()
+			f := g.fault
+			g.mu.Unlock()
+			if f == nil {
+				break
+			}
+			err := f.probe(ctx)
+			if onProbe != nil {
+				onProbe(*f, err)
+			}
+			if err == nil {
+				g.Open()
+				break
+			}
+			g.mu.Lock()
+			f.Probes++
+			f.Error = err.Error()
+			g.mu.Unlock()
+			delay = min(delay*2, b.Max)
+		}
+	}
+}
