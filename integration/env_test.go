@@ -250,6 +250,9 @@ func tail(s string, n int) string {
 	return s
 }
 
+// staleLine is the worker's log message for a stale message.
+const staleLine = "stale: sent before the last change applied to what it names; nothing to do"
+
 // outcome waits for the worker's log line about message id and returns it.
 func (h *harness) outcome(id string) map[string]any {
 	h.t.Helper()
@@ -257,7 +260,8 @@ func (h *harness) outcome(id string) map[string]any {
 	h.waitFor("outcome of message "+id, 20*time.Second, func() bool {
 		for _, l := range h.logs.lines("message_id", id) {
 			switch l["message"] {
-			case "tenant change pushed", "already carried out; nothing to push", "message rejected":
+			case "tenant change pushed", "already carried out; nothing to push", "already carried out; recorded in the ledger",
+				"already applied by an earlier delivery of this message", staleLine, "message rejected":
 				line = l
 				return true
 			}

@@ -2,11 +2,15 @@ package integration
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"math/rand/v2"
+	"net/http"
 	"os"
+	"slices"
 	"strings"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -18,20 +22,22 @@ import (
 // otherWriter pushes unrelated commits to the branch every 50-200 ms, the
 // way a person or Flux image automation would, until stopped. It pushes
 // through the same server as user "image-automation", whose pushes the fault
-// injection spares.
-func otherWriter(t *testing.T, srv *gitserver.Server, stop <-chan struct{}) *atomic.Int64 {
+// injection spares. stop ends it and returns once its last push is done.
+func otherWriter(t *testing.T, srv *gitserver.Server) (pushed *atomic.Int64, stop func()) {
 	t.Helper()
 	repo, err := gitrepo.Open(context.Background(), gitrepo.Options{URL: srv.RepoURL(repoName), Branch: "main",
 		Username: "image-automation", Token: token, AuthorName: "fluxcdbot", AuthorEmail: "fluxcdbot@example.com"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	var pushed atomic.Int64
+	pushed = new(atomic.Int64)
+	quit, done := make(chan struct{}), make(chan struct{})
 	go func() {
+		defer close(done)
 		r := rand.New(rand.NewPCG(7, 7))
 		for i := 0; ; i++ {
 			select {
-			case <-stop:
+			case <-quit:
 				return
 			case <-time.After(time.Duration(50+r.IntN(150)) * time.Millisecond):
 			}
@@ -49,7 +55,7 @@ func otherWriter(t *testing.T, srv *gitserver.Server, stop <-chan struct{}) *ato
 			}
 		}
 	}()
-	return &pushed
+	return pushed, func() { close(quit); <-done }
 }
 
 // TestFaultRun sends more than 300 messages across the three queues while
@@ -83,8 +89,7 @@ func TestFaultRun(t *testing.T) {
 	c.start()
 
 	// (a) another writer, in the background.
-	stopWriter := make(chan struct{})
-	writes := otherWriter(t, h.git, stopWriter)
+	writes, stopWriter := otherWriter(t, h.git)
 
 	// The messages. Phase 1: 240 onboardings, 30 bad messages, 20 exact
 	// duplicates. Phase 2: 40 offboardings, a deployment per tier and 5
@@ -145,10 +150,72 @@ func TestFaultRun(t *testing.T) {
 		id := fmt.Sprintf("f%d", i*5+1) // not offboarded above
 		send(h.q.offboarding, fmt.Sprintf(`{"tenant_id":%q,"tenant_tier":%q}`, id, tiers[(i*5+2)%3]), "rejected")
 	}
-	redelivered := h.waitAccounted(want, logs, 240*time.Second)["redelivered"]
-
+	h.waitAccounted(want, logs, 240*time.Second)
 	c.stop()
-	close(stopWriter)
+	stopWriter()
+
+	// Phase 3: latest send time wins. One worker; the git server holds its
+	// push of the onboarding of z1 while the test sends z1's offboarding,
+	// then fails that push once the offboarding is in the worker's hands.
+	// The offboarding, waiting for the repository lock, goes first; the
+	// onboarding, sent before it, comes back and must change nothing.
+	stale := h.spawnIn("", logs, append([]string{"GIT_USERNAME=worker-stale"}, env...)...)
+	held, release := make(chan struct{}), make(chan struct{})
+	var holds atomic.Int32
+	h.git.SetHook(func(w http.ResponseWriter, r *http.Request) bool {
+		if user, _, _ := r.BasicAuth(); user != "worker-stale" || r.Method != http.MethodPost ||
+			!strings.HasSuffix(r.URL.Path, "git-receive-pack") || holds.Add(1) != 1 {
+			return true
+		}
+		close(held)
+		<-release
+		http.Error(w, "failed after the newer message arrived", http.StatusInternalServerError)
+		return false
+	})
+	m.step("onboarding", "z1", "premium", "0.0")
+	m.step("offboarding", "z1", "premium", "")
+	send(h.q.onboarding, `{"tenant_id":"z1","tenant_tier":"premium","release_version":"0.0"}`, "stale")
+	select {
+	case <-held:
+	case <-time.After(60 * time.Second):
+		t.Fatal("the onboarding of z1 was never pushed")
+	}
+	newer := send(h.q.offboarding, `{"tenant_id":"z1","tenant_tier":"premium"}`, "noop")
+	addr := ""
+	for _, l := range stale.logs.lines("message", "serving the status page, /api/runs, /metrics, /healthz and /readyz") {
+		addr = fmt.Sprint(l["addr"])
+	}
+	h.waitFor("the offboarding in the worker's hands", 60*time.Second, func() bool {
+		resp, err := http.Get("http://" + addr + "/api/runs?id=" + newer)
+		if err != nil {
+			return false
+		}
+		defer resp.Body.Close()
+		var st struct {
+			InFlight []struct {
+				MessageID string `json:"message_id"`
+			} `json:"in_flight"`
+		}
+		if json.NewDecoder(resp.Body).Decode(&st) != nil {
+			return false
+		}
+		return slices.ContainsFunc(st.InFlight, func(r struct {
+			MessageID string `json:"message_id"`
+		}) bool {
+			return r.MessageID == newer
+		})
+	})
+	close(release)
+	counts := h.waitAccounted(want, logs, 120*time.Second)
+	if err := stale.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	if err, ok := stale.stopped(20 * time.Second); !ok || err != nil {
+		t.Errorf("worker exit: %v (exited %v)", err, ok)
+	}
+	if counts["stale"] < 1 {
+		t.Errorf("no message was stale")
+	}
 
 	// Zero lost: every message settled, the tree is exactly the model's.
 	for _, u := range []string{h.q.onboarding, h.q.offboarding, h.q.deployment} {
@@ -157,20 +224,30 @@ func TestFaultRun(t *testing.T) {
 		}
 	}
 	h.checkInvariants(m, true)
-	// Zero applied twice: no message id in two commits.
-	perID := map[string]int{}
-	for _, id := range strings.Fields(h.gitOut("log", "--format=%(trailers:key=Tenant-Worker-Message-Id,valueonly,separator= )", "main")) {
+	// Zero applied twice: no message id in two commits. A message whose
+	// change was in place already may have a commit that only records it
+	// in the ledger ("Already in place: ...").
+	perID, recordedIDs := map[string]int{}, map[string]bool{}
+	for _, line := range strings.Split(strings.TrimSpace(h.gitOut("log", "--format=%s|%(trailers:key=Tenant-Worker-Message-Id,valueonly,separator= )", "main")), "\n") {
+		subject, id, _ := strings.Cut(line, "|")
+		if id = strings.TrimSpace(id); id == "" {
+			continue
+		}
 		perID[id]++
+		recordedIDs[id] = strings.HasPrefix(subject, "Already in place: ")
 	}
 	applied := 0
 	for id, n := range perID {
 		if n > 1 {
 			t.Errorf("message %s applied %d times", id, n)
 		}
-		if want[id] != "applied" && want[id] != "either" {
-			t.Errorf("message %s has a commit but should be %s", id, want[id])
+		switch {
+		case recordedIDs[id] && (want[id] == "either" || want[id] == "noop"):
+		case !recordedIDs[id] && (want[id] == "applied" || want[id] == "either"):
+			applied++
+		default:
+			t.Errorf("message %s has a commit (recorded only: %v) but should be %s", id, recordedIDs[id], want[id])
 		}
-		applied++
 	}
 	// Rejected messages are in the dead-letter queues with a reason.
 	dead := map[string]string{}
@@ -188,16 +265,16 @@ func TestFaultRun(t *testing.T) {
 			}
 		}
 	}
-	t.Logf("fault run: %d messages sent: %d applied (one commit each), %d duplicates were no-ops, %d rejected and dead-lettered, 0 lost; "+
-		"%d redeliveries recognised by their trailer; %d unrelated commits by another writer; %d pushes by workers; %d lost push races; "+
+	t.Logf("fault run: %d messages sent: %d applied (one commit each), %d no-ops or stale, %d rejected and dead-lettered, 0 lost; "+
+		"%d redeliveries recognised by the ledger; %d stale; %d unrelated commits by another writer; %d pushes by workers; %d lost push races; "+
 		"%d transient failures retried through SQS; faults injected/observed: %s",
-		len(want), applied, len(want)-applied-rejected, rejected, redelivered, writes.Load(), c.pushes.Load(),
+		len(want), applied, len(want)-applied-rejected, rejected, counts["redelivered"], counts["stale"], writes.Load(), c.pushes.Load(),
 		strings.Count(logs.String(), "push lost a race"), strings.Count(logs.String(), "message failed; SQS will redeliver it"), c.report())
 	c.check(t)
-	if redelivered < 1 {
+	if counts["redelivered"] < 1 {
 		t.Errorf("no redelivery was recognised as already applied, although workers were killed after the branch moved")
 	}
-	if applied != 283 || rejected != len(want)-283-20 {
+	if applied != 283 || rejected != len(want)-283-20-2 {
 		t.Errorf("applied %d, rejected %d: the accounting does not add up", applied, rejected)
 	}
 	assertNoTokenInOutput(t, h)
@@ -222,9 +299,13 @@ func (h *harness) waitAccounted(want map[string]string, logs *syncBuffer, timeou
 			switch l["message"] {
 			case "tenant change pushed":
 				seen[id] = "applied"
-			case "already carried out; nothing to push":
+			case "already carried out; nothing to push", "already carried out; recorded in the ledger":
 				if seen[id] == "" {
 					seen[id] = "noop"
+				}
+			case staleLine:
+				if seen[id] == "" {
+					seen[id] = "stale"
 				}
 			case "already applied by an earlier delivery of this message":
 				if seen[id] == "" {
@@ -254,7 +335,7 @@ func (h *harness) waitAccounted(want map[string]string, logs *syncBuffer, timeou
 			if w == "applied" && got == "noop" {
 				got = "applied" // applied, then the redelivery recognised
 			}
-			if w == "either" && (got == "applied" || got == "noop") {
+			if w == "either" && (got == "applied" || got == "noop" || got == "stale") {
 				got = w
 			}
 			if got != w {

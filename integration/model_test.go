@@ -242,6 +242,7 @@ func TestModel(t *testing.T) {
 				got := map[string]string{
 					"tenant change pushed":                                   "applied",
 					"already carried out; nothing to push":                   "noop",
+					"already carried out; recorded in the ledger":            "noop",
 					"already applied by an earlier delivery of this message": "noop",
 				}[fmt.Sprint(line["message"])]
 				if line["message"] == "message rejected" {

@@ -143,8 +143,27 @@ func Run(ctx context.Context, c Config) error {
 	}
 	log.Info().Str("repo", o.GitRepoURL).Str("branch", o.GitBranch).Str("head", repo.Head().String()).Msg("repository ready")
 
+	// The queues first: the ledger keeps what the longest retention of
+	// them could still deliver.
+	queues := make([]*queue.Queue, len(message.Kinds))
+	var retention time.Duration
+	for i, kind := range message.Kinds {
+		err := retry(ctx, "find queue "+kinds[kind], func() error {
+			var err error
+			queues[i], err = queue.Resolve(ctx, api, kinds[kind])
+			if err != nil {
+				setStatus("queue %s: %v", kinds[kind], err)
+			}
+			return err
+		})
+		if err != nil {
+			return nil
+		}
+		retention = max(retention, queues[i].Retention)
+	}
+
 	p := pipeline.New(repo, pipeline.Options{
-		Layout: gitops.Layout{Root: o.GitopsRoot}, MaxAttempts: o.PushAttempts,
+		Layout: gitops.Layout{Root: o.GitopsRoot}, MaxAttempts: o.PushAttempts, Retention: retention,
 		OnStep: func(jobs []pipeline.Job, step string) {
 			ids := make([]string, len(jobs))
 			for i, j := range jobs {
@@ -173,32 +192,19 @@ func Run(ctx context.Context, c Config) error {
 	}
 	w := worker.New(p, m, rec, pub, g)
 
-	var consumers []*queue.Consumer
-	var queues []*queue.Queue
-	for _, kind := range message.Kinds {
-		var q *queue.Queue
-		err := retry(ctx, "find queue "+kinds[kind], func() error {
-			var err error
-			q, err = queue.Resolve(ctx, api, kinds[kind])
-			if err != nil {
-				setStatus("queue %s: %v", kinds[kind], err)
-			}
-			return err
-		})
-		if err != nil {
-			return nil
-		}
+	consumers := make([]*queue.Consumer, len(queues))
+	for i, q := range queues {
+		kind := message.Kinds[i]
 		m.InitQueue(q.Name)
 		rec.AddQueue(q.Name)
-		queues = append(queues, q)
 		log.Info().Str("queue", q.Name).Str("url", q.URL).Str("dead_letter_queue", q.DeadLetterURL).
-			Str("kind", string(kind)).Msg("consuming queue")
+			Dur("retention", q.Retention).Str("kind", string(kind)).Msg("consuming queue")
 		observe := func(op string, err error) { m.SQSErrors.WithLabelValues(q.Name, op).Inc() }
-		consumers = append(consumers, queue.NewConsumer(api, q, w.Handler(kind, q.Name), queue.Options{
+		consumers[i] = queue.NewConsumer(api, q, w.Handler(kind, q.Name), queue.Options{
 			WaitTime: o.WaitTime, MaxMessages: o.MaxMessages, MaxBatch: o.MaxBatch, VisibilityTimeout: o.VisibilityTimeout,
 			RetryDelay: o.RetryDelay, MaxRetryDelay: o.MaxRetryDelay, ShutdownGrace: o.ShutdownGrace,
 			Hold: g.Wait,
-		}, observe))
+		}, observe)
 	}
 	notReady.Store(nil)
 

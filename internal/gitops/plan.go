@@ -8,8 +8,10 @@ import (
 	"path"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/tenant-worker/tenant-worker/internal/kustomization"
+	"github.com/tenant-worker/tenant-worker/internal/ledger"
 	"github.com/tenant-worker/tenant-worker/internal/message"
 	"github.com/tenant-worker/tenant-worker/internal/reject"
 	"github.com/tenant-worker/tenant-worker/internal/render"
@@ -30,6 +32,14 @@ type Change struct {
 	Files map[string][]byte
 	// Message is the commit message, in the reference platform's wording.
 	Message string
+	// Duplicate: the message was applied already (its id is in the ledger).
+	Duplicate bool
+	// Stale: the message was sent before the last change applied to every
+	// tenant or pooled environment it names; it changes nothing.
+	Stale bool
+	// Recorded: the change only records the message in the ledger (what it
+	// asks for is in place already, and it is newer than what was).
+	Recorded bool
 }
 
 // Empty reports whether the change is a no-op.
@@ -45,9 +55,36 @@ func (c Change) Paths() []string {
 	return paths
 }
 
-// Plan computes the change that carries out req on the snapshot r. Errors
-// caused by the request are reject.Error; others are problems reading r.
+// Stamp is what the ledger needs of the message a request came from.
+type Stamp struct {
+	MessageID string
+	// Sent is SQS's SentTimestamp; zero keeps no ledger (a dry run of a
+	// request that came from no queue).
+	Sent time.Time
+	// Now and Retention bound what the ledger keeps: nothing older than the
+	// queues' retention period, which no message can still be.
+	Now       time.Time
+	Retention time.Duration
+}
+
+// pruneSlack lets ledger records outlive the retention period by a day, so
+// the files are pruned once a day rather than edited at both ends by every
+// commit.
+const pruneSlack = 24 * time.Hour
+
+// Plan computes the change that carries out req on the snapshot r, without
+// a ledger. Errors caused by the request are reject.Error; others are
+// problems reading r.
 func (l Layout) Plan(r Reader, req message.Request) (Change, error) {
+	return l.PlanAt(r, req, Stamp{})
+}
+
+// PlanAt is Plan for a message stamped st: latest send time wins, per
+// tenant and pooled environment. A message already applied is a Duplicate;
+// one sent before the last change applied to what it names changes nothing
+// of it (Stale when that is all it names); otherwise its change includes
+// the ledger's record of it, even when nothing else changes (Recorded).
+func (l Layout) PlanAt(r Reader, req message.Request, st Stamp) (Change, error) {
 	tiers, err := l.Tiers(r)
 	if err != nil {
 		return Change{}, fmt.Errorf("list tiers: %w", err)
@@ -57,6 +94,15 @@ func (l Layout) Plan(r Reader, req message.Request) (Change, error) {
 			req.Tier, strings.Join(tiers, ", "))
 	}
 	p := planner{Layout: l, r: r, tiers: tiers, files: map[string][]byte{}}
+	if !st.Sent.IsZero() {
+		if p.ledger, err = l.readLedger(r); err != nil {
+			return Change{}, err
+		}
+		if st.MessageID != "" && p.ledger.Seen(st.MessageID) {
+			return Change{Duplicate: true}, nil
+		}
+		p.sent = st.Sent.UnixMilli()
+	}
 	switch req.Kind {
 	case message.Onboarding:
 		err = p.onboard(req)
@@ -70,7 +116,98 @@ func (l Layout) Plan(r Reader, req message.Request) (Change, error) {
 	if err != nil {
 		return Change{}, err
 	}
-	return Change{Files: p.files, Message: p.message}, nil
+	if p.ledger == nil {
+		return Change{Files: p.files, Message: p.message}, nil
+	}
+	if p.touched == 0 && p.stale > 0 {
+		return Change{Stale: true, Message: p.message}, nil
+	}
+	changed := len(p.files) > 0
+	if st.MessageID != "" {
+		p.ledger.Note(st.MessageID, p.sent)
+	}
+	if st.Retention > 0 {
+		p.ledger.Prune(st.Now.Add(-st.Retention).UnixMilli(), pruneSlack.Milliseconds())
+	}
+	if err := p.writeLedger(); err != nil {
+		return Change{}, err
+	}
+	c := Change{Files: p.files, Message: p.message}
+	if !changed && len(p.files) > 0 {
+		c.Recorded, c.Message = true, "Already in place: "+p.message
+	}
+	return c, nil
+}
+
+// LedgerFiles are the ledger's paths in the repository.
+func (l Layout) LedgerFiles() (targets, messages string) {
+	return path.Join(l.Root, ledger.TargetsFile), path.Join(l.Root, ledger.MessagesFile)
+}
+
+func (l Layout) readLedger(r Reader) (*ledger.Ledger, error) {
+	tp, mp := l.LedgerFiles()
+	var files [2][]byte
+	for i, name := range []string{tp, mp} {
+		b, err := r.ReadFile(name)
+		if err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return nil, fmt.Errorf("read %s: %w", name, err)
+		}
+		files[i] = b
+	}
+	led, err := ledger.Parse(files[0], files[1])
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrBroken, err)
+	}
+	return led, nil
+}
+
+// writeLedger puts the ledger's files in the change where they differ.
+func (p *planner) writeLedger() error {
+	tp, mp := p.LedgerFiles()
+	t, m := p.ledger.Files()
+	for _, f := range []struct {
+		name    string
+		content []byte
+	}{{tp, t}, {mp, m}} {
+		cur, err := p.r.ReadFile(f.name)
+		if err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return fmt.Errorf("read %s: %w", f.name, err)
+		}
+		if !bytes.Equal(cur, f.content) {
+			p.files[f.name] = f.content
+		}
+	}
+	return nil
+}
+
+// release is the release a new tenant gets: the message's own, or that of
+// a deployment of its tier sent after the message and applied already (in
+// send order, that deployment would have found the tenant and moved it).
+func (p *planner) release(req message.Request) string {
+	if p.ledger == nil {
+		return req.ReleaseVersion
+	}
+	p.ledger.Touch(ledger.Release(req.TenantID), p.sent)
+	if tier, ok := p.ledger.Get(ledger.Tier(req.Tier)); ok && tier.MS > p.sent && tier.Value != "" {
+		p.ledger.Touch(ledger.Release(req.TenantID), tier.MS)
+		return tier.Value
+	}
+	return req.ReleaseVersion
+}
+
+// fresh reports whether the message may change target: it is not older
+// than the last change applied to it. A fresh target is recorded.
+func (p *planner) fresh(target string) bool {
+	if p.ledger == nil {
+		return true
+	}
+	if p.ledger.Stale(target, p.sent) {
+		p.stale++
+		return false
+	}
+	p.ledger.Touch(target, p.sent)
+	p.touched++
+	return true
 }
 
 type planner struct {
@@ -79,6 +216,10 @@ type planner struct {
 	tiers   []string
 	files   map[string][]byte
 	message string
+	// ledger is nil when the request has no send time.
+	ledger         *ledger.Ledger
+	sent           int64 // Unix ms
+	stale, touched int   // targets the message is too old for, and fresh ones
 }
 
 // otherTier returns a tier other than tier that holds the tenant, if any.
@@ -114,6 +255,9 @@ func (p *planner) onboard(req message.Request) error {
 	if err := p.checkNotPooledEnv(req.TenantID); err != nil {
 		return err
 	}
+	if !p.fresh(ledger.Tenant(req.TenantID)) {
+		return nil
+	}
 	other, err := p.otherTier(req.Tier, req.TenantID)
 	if err != nil {
 		return err
@@ -133,7 +277,8 @@ func (p *planner) onboard(req message.Request) error {
 		if err != nil {
 			return fmt.Errorf("read template: %w", err)
 		}
-		out, err := render.Render(tmpl, render.Vars{TenantID: req.TenantID, ReleaseVersion: req.ReleaseVersion})
+		release := p.release(req)
+		out, err := render.Render(tmpl, render.Vars{TenantID: req.TenantID, ReleaseVersion: release})
 		if err != nil {
 			return fmt.Errorf("%w: render %s: %v", ErrBroken, p.TenantTemplate(req.Tier), err)
 		}
@@ -147,6 +292,9 @@ func (p *planner) onboard(req message.Request) error {
 
 func (p *planner) offboard(req message.Request) error {
 	p.message = fmt.Sprintf("Removing tenant %s in tier %s", req.TenantID, req.Tier)
+	if !p.fresh(ledger.Tenant(req.TenantID)) {
+		return nil
+	}
 	state, err := p.tenantIn(p.r, req.Tier, req.TenantID)
 	if err != nil {
 		return err
@@ -218,6 +366,9 @@ func (p *planner) deploy(req message.Request) error {
 		if message.ValidateTenantID(id) != nil {
 			continue // not a tenant file this worker wrote; leave it alone
 		}
+		if !p.fresh(ledger.Release(id)) {
+			continue // given its release by a message sent after this one
+		}
 		if err := p.rerender(p.TenantFile(req.Tier, id), tmplName, tmpl,
 			render.Vars{TenantID: id, ReleaseVersion: req.ReleaseVersion}); err != nil {
 			return err
@@ -225,6 +376,14 @@ func (p *planner) deploy(req message.Request) error {
 	}
 	if req.TenantID != "" {
 		return nil
+	}
+	if p.ledger != nil {
+		if p.ledger.Stale(ledger.Tier(req.Tier), p.sent) {
+			p.stale++
+		} else {
+			p.ledger.Set(ledger.Tier(req.Tier), p.sent, req.ReleaseVersion)
+			p.touched++
+		}
 	}
 
 	envName := p.EnvTemplate(req.Tier)
@@ -240,6 +399,9 @@ func (p *planner) deploy(req message.Request) error {
 		return fmt.Errorf("list pooled environments: %w", err)
 	}
 	for _, env := range envs {
+		if !p.fresh(ledger.Env(env)) {
+			continue
+		}
 		if err := p.rerender(path.Join(p.PooledEnvsDir(), env+".yaml"), envName, envTmpl,
 			render.Vars{EnvironmentID: env, ReleaseVersion: req.ReleaseVersion}); err != nil {
 			return err

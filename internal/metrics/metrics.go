@@ -16,6 +16,7 @@ const (
 	OutcomeNoop     = "noop"     // already carried out; nothing to push
 	OutcomeRejected = "rejected" // a bad message: dead-lettered or deleted
 	OutcomeRetry    = "retry"    // a transient failure: left for redelivery
+	OutcomeStale    = "stale"    // sent before the last change applied to what it names: changes nothing
 )
 
 // Results of a push attempt, the values of the "result" label.
@@ -75,7 +76,7 @@ func New(reg prometheus.Registerer) *Metrics {
 	m := &Metrics{
 		Messages: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "tenant_worker_messages_total",
-			Help: "Messages handled, by queue and outcome (applied, noop, rejected, retry).",
+			Help: "Messages handled, by queue and outcome (applied, noop, stale, rejected, retry).",
 		}, []string{"queue", "outcome"}),
 		Rejections: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "tenant_worker_rejections_total",
@@ -154,7 +155,7 @@ func New(reg prometheus.Registerer) *Metrics {
 // InitQueue creates the label sets of a queue, so dashboards see zeros
 // rather than gaps before its first message.
 func (m *Metrics) InitQueue(queue string) {
-	for _, o := range []string{OutcomeApplied, OutcomeNoop, OutcomeRejected, OutcomeRetry} {
+	for _, o := range []string{OutcomeApplied, OutcomeNoop, OutcomeRejected, OutcomeRetry, OutcomeStale} {
 		m.Messages.WithLabelValues(queue, o)
 		m.MessageDuration.WithLabelValues(queue, o)
 	}

@@ -47,6 +47,11 @@ type Job struct {
 	// Group is the FIFO message group, empty for standard queues. A failed
 	// job stops the later jobs of its group, to keep their order.
 	Group string
+	// SentAt is SQS's SentTimestamp. With it, the job is decided by the
+	// ledger in the repository (latest send time wins, per tenant and
+	// pooled environment; an id already applied is a duplicate); zero
+	// keeps no ledger.
+	SentAt time.Time
 }
 
 // Result is the outcome of one job.
@@ -57,8 +62,14 @@ type Result struct {
 	// Applied is true when a commit carrying the request was pushed.
 	Applied bool
 	// Duplicate is true when the message had already been applied (its id
-	// is in the branch's recent history).
+	// is in the ledger).
 	Duplicate bool
+	// Stale is true when the message was sent before the last change
+	// applied to everything it names: it changes nothing.
+	Stale bool
+	// Recorded is true when what the message asks for was in place and the
+	// pushed commit only records it in the ledger.
+	Recorded bool
 	// Commit is the pushed commit, or the branch head for a no-op.
 	Commit plumbing.Hash
 	// Message is the commit message subject.
@@ -81,9 +92,9 @@ type Options struct {
 	MaxAttempts int
 	// RetryDelay scales the random pause between attempts.
 	RetryDelay time.Duration
-	// HistoryDepth is how many recent commits are searched for the message
-	// id trailers of redelivered messages.
-	HistoryDepth int
+	// Retention is how long SQS may still deliver a message (the queues'
+	// MessageRetentionPeriod): the ledger keeps nothing older.
+	Retention time.Duration
 	// OnStep, if set, is called as a batch enters each step, for the
 	// status page's runs in flight.
 	OnStep func(jobs []Job, step string)
@@ -99,7 +110,6 @@ type Pipeline struct {
 	opts    Options
 	checker *validate.Checker
 	metrics *metrics.Metrics
-	history *history
 	lock    chan struct{}
 }
 
@@ -111,15 +121,14 @@ func New(repo Repository, opts Options, m *metrics.Metrics) *Pipeline {
 	if opts.RetryDelay <= 0 {
 		opts.RetryDelay = 20 * time.Millisecond
 	}
-	if opts.HistoryDepth <= 0 {
-		opts.HistoryDepth = 1000
+	if opts.Retention <= 0 {
+		opts.Retention = 14 * 24 * time.Hour // the most SQS keeps a message
 	}
 	return &Pipeline{
 		repo:    repo,
 		opts:    opts,
 		checker: validate.NewChecker(opts.Layout),
 		metrics: m,
-		history: newHistory(repo, opts.HistoryDepth),
 		lock:    make(chan struct{}, 1),
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
@@ -232,32 +233,35 @@ func onboard(t *testing.T, id, tier string) message.Request {
 func TestBatchOneCommitEachOnePush(t *testing.T) {
 	e := setup(t)
 	before := strings.TrimSpace(mustOut(t, e, "rev-parse", "main"))
+	sent := time.Now()
 	jobs := []Job{
-		{Request: onboard(t, "a1", "basic"), MessageID: "m1", Queue: "q"},
-		{Request: onboard(t, "a1", "premium"), MessageID: "m2", Queue: "q"}, // conflicts with m1
-		{Request: onboard(t, "a2", "basic"), MessageID: "m3", Queue: "q"},
-		{Request: onboard(t, "a2", "basic"), MessageID: "m4", Queue: "q"}, // no-op after m3
+		{Request: onboard(t, "a1", "basic"), MessageID: "m1", Queue: "q", SentAt: sent},
+		{Request: onboard(t, "a1", "premium"), MessageID: "m2", Queue: "q", SentAt: sent.Add(time.Millisecond)}, // conflicts with m1
+		{Request: onboard(t, "a2", "basic"), MessageID: "m3", Queue: "q", SentAt: sent.Add(2 * time.Millisecond)},
+		{Request: onboard(t, "a2", "basic"), MessageID: "m4", Queue: "q", SentAt: sent.Add(3 * time.Millisecond)}, // in place after m3
 	}
 	res := e.p.Apply(context.Background(), jobs)
-	if !res[0].Applied || !res[2].Applied || res[3].Applied || res[3].Err != nil {
+	if !res[0].Applied || !res[2].Applied || !res[3].Recorded || res[3].Err != nil {
 		t.Fatalf("results: %+v", res)
 	}
 	if r, ok := reject.As(res[1].Err); !ok || r.Reason != reject.TierConflict {
 		t.Fatalf("m2: %v", res[1].Err)
 	}
 	log := mustOut(t, e, "log", "--format=%s|%(trailers:key=Tenant-Worker-Message-Id,valueonly,separator=)", before+"..main")
-	if log != "Adding new tenant a2 in tier basic|m3\nAdding new tenant a1 in tier basic|m1\n" {
+	if log != "Already in place: Adding new tenant a2 in tier basic|m4\nAdding new tenant a2 in tier basic|m3\nAdding new tenant a1 in tier basic|m1\n" {
 		t.Fatalf("history:\n%s", log)
 	}
 	if got := testutil.ToFloat64(e.m.PushAttempts.WithLabelValues(metrics.PushSuccess)); got != 1 {
 		t.Fatalf("%v pushes, want 1", got)
 	}
-	// Redelivered messages are recognised by their trailer, even m1 whose
-	// change a later message could have undone.
-	m1 := res[0].Commit
-	res = e.p.Apply(context.Background(), jobs[:1])
-	if !res[0].Duplicate || res[0].Applied || res[0].Commit != m1 {
-		t.Fatalf("redelivery: %+v", res[0])
+	// Redelivered messages are recognised by the ledger, even m1 whose
+	// change a later message could have undone, and m4 that changed nothing.
+	head := res[3].Commit
+	for _, j := range []Job{jobs[0], jobs[3]} {
+		r := e.p.Apply(context.Background(), []Job{j})[0]
+		if !r.Duplicate || r.Applied || r.Commit != head {
+			t.Fatalf("redelivery of %s: %+v", j.MessageID, r)
+		}
 	}
 }
 

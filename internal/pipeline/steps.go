@@ -13,8 +13,7 @@ import (
 	"github.com/tenant-worker/tenant-worker/internal/reject"
 )
 
-// sync brings the clone up to date and indexes the message ids in the
-// branch's recent history.
+// sync brings the clone up to date.
 func (b *batch) sync(ctx context.Context) error {
 	head := b.p.repo.Head()
 	if !b.optimistic {
@@ -24,18 +23,12 @@ func (b *batch) sync(ctx context.Context) error {
 		}
 	}
 	b.base, b.tip = head, head
-	return b.p.history.update(head)
+	return nil
 }
 
 // applyJob renders, commits and validates one job on top of the batch's tip.
 func (b *batch) applyJob(_ context.Context, i int) {
 	job, res := b.jobs[i], &b.results[i]
-	if job.MessageID != "" {
-		if c, ok := b.p.history.find(job.MessageID); ok {
-			res.Duplicate, res.Commit = true, c
-			return
-		}
-	}
 	before, err := b.p.repo.Snapshot(b.tip)
 	if err != nil {
 		res.Err = fmt.Errorf("open %s: %w", b.tip, err)
@@ -48,6 +41,7 @@ func (b *batch) applyJob(_ context.Context, i int) {
 		return
 	}
 	res.Message = plan.Message
+	res.Duplicate, res.Stale, res.Recorded = plan.Duplicate, plan.Stale, plan.Recorded
 	if plan.Empty() {
 		res.Commit = b.tip
 		return
@@ -156,7 +150,10 @@ func (b *batch) plan(before *gitrepo.Snapshot, i int) (gitops.Change, error) {
 	var change gitops.Change
 	err := b.timed("render", func() error {
 		var err error
-		change, err = b.p.opts.Layout.Plan(before, b.jobs[i].Request)
+		job := b.jobs[i]
+		change, err = b.p.opts.Layout.PlanAt(before, job.Request, gitops.Stamp{
+			MessageID: job.MessageID, Sent: job.SentAt, Now: time.Now(), Retention: b.p.opts.Retention,
+		})
 		return err
 	})
 	if hashErr == nil {
@@ -181,7 +178,7 @@ func (b *batch) push(ctx context.Context) error {
 	case err == nil:
 		m.PushAttempts.WithLabelValues(metrics.PushSuccess).Inc()
 		m.LastPush.Set(float64(time.Now().UnixNano()) / 1e9)
-		return b.p.history.update(b.tip)
+		return nil
 	case gitrepo.IsConflict(err):
 		m.PushAttempts.WithLabelValues(metrics.PushConflict).Inc()
 	default:

@@ -41,6 +41,9 @@ type Queue struct {
 	DeadLetterMaxBytes int
 	// VisibilityTimeout is the queue's default visibility timeout.
 	VisibilityTimeout time.Duration
+	// Retention is the queue's MessageRetentionPeriod: the longest SQS may
+	// still deliver a message after it was sent.
+	Retention time.Duration
 }
 
 // FIFO reports whether the queue is a FIFO queue.
@@ -79,6 +82,7 @@ func Resolve(ctx context.Context, api API, nameOrURL string) (*Queue, error) {
 		QueueUrl: aws.String(q.URL),
 		AttributeNames: []types.QueueAttributeName{
 			types.QueueAttributeNameRedrivePolicy, types.QueueAttributeNameVisibilityTimeout,
+			types.QueueAttributeNameMessageRetentionPeriod,
 		},
 	})
 	if err != nil {
@@ -86,6 +90,9 @@ func Resolve(ctx context.Context, api API, nameOrURL string) (*Queue, error) {
 	}
 	if s, err := strconv.Atoi(attrs.Attributes[string(types.QueueAttributeNameVisibilityTimeout)]); err == nil {
 		q.VisibilityTimeout = time.Duration(s) * time.Second
+	}
+	if s, err := strconv.Atoi(attrs.Attributes[string(types.QueueAttributeNameMessageRetentionPeriod)]); err == nil {
+		q.Retention = time.Duration(s) * time.Second
 	}
 	if policy := attrs.Attributes[string(types.QueueAttributeNameRedrivePolicy)]; policy != "" {
 		if q.DeadLetterURL, err = deadLetterURL(ctx, api, policy); err != nil {

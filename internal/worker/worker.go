@@ -110,7 +110,7 @@ func (w *Worker) decode(base zerolog.Logger, kind message.Kind, queueName string
 	d.log = d.log.With().Str("tenant", req.TenantID).Str("tier", req.Tier).Logger()
 	d.run.Tenant, d.run.Tier, d.run.Release = req.TenantID, req.Tier, req.ReleaseVersion
 	w.runs.Update([]string{d.msg.ID}, func(r *runs.Run) { r.Tenant, r.Tier, r.Release = req.TenantID, req.Tier, req.ReleaseVersion })
-	d.job = &pipeline.Job{Request: req, MessageID: d.msg.ID, Queue: queueName, Group: d.msg.GroupID}
+	d.job = &pipeline.Job{Request: req, MessageID: d.msg.ID, Queue: queueName, Group: d.msg.GroupID, SentAt: d.msg.SentAt}
 }
 
 // apply carries out the decoded deliveries as one batch.
@@ -195,6 +195,12 @@ func (w *Worker) settled(d *delivery, queueName string, res pipeline.Result) (st
 	switch {
 	case res.Duplicate:
 		ev.Msg("already applied by an earlier delivery of this message")
+		return metrics.OutcomeNoop, queue.Disposition{Action: queue.Ack}
+	case res.Stale:
+		ev.Time("sent_at", m.SentAt).Msg("stale: sent before the last change applied to what it names; nothing to do")
+		return metrics.OutcomeStale, queue.Disposition{Action: queue.Ack}
+	case res.Recorded && res.Applied:
+		ev.Str("commit_message", res.Message).Msg("already carried out; recorded in the ledger")
 		return metrics.OutcomeNoop, queue.Disposition{Action: queue.Ack}
 	case !res.Applied:
 		ev.Msg("already carried out; nothing to push")
