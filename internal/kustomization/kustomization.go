@@ -7,6 +7,7 @@ import (
 	"bytes"
 	"crypto/sha256"
 	"fmt"
+	"path"
 	"regexp"
 	"slices"
 	"strings"
@@ -16,7 +17,8 @@ import (
 )
 
 var (
-	resourcesKey   = regexp.MustCompile(`^resources:[ \t]*(#.*)?$`)
+	// resourcesKey is the key of a block list, perhaps with an anchor.
+	resourcesKey   = regexp.MustCompile(`^resources:[ \t]*(&[^ \t#]+[ \t]*)?(#.*)?$`)
 	resourcesEmpty = regexp.MustCompile(`^resources:[ \t]*\[[ \t]*\][ \t]*(#.*)?$`)
 )
 
@@ -25,8 +27,23 @@ type block struct {
 	key    int      // line of "resources:"; -1 when absent
 	empty  bool     // written as "resources: []"
 	items  []int    // lines of list items, in order
-	values []string // entries, parallel to items
+	values []string // entries, parallel to items, as the paths they name
 	indent string   // indentation of the items ("  " when there are none)
+	// end is the last line of a list the line editor does not edit in
+	// place (a flow list, an alias, items with anchors or aliases), or -1.
+	// Its values come from the YAML parser; an edit first rewrites it in
+	// block style.
+	end int
+}
+
+// Normalize gives the path an entry names: "./t1.yaml" and "t1.yaml" are
+// one file to kustomize, and so to the editor. Remote entries (a URL) are
+// kept as written.
+func Normalize(entry string) string {
+	if entry == "" || strings.Contains(entry, "://") {
+		return entry
+	}
+	return path.Clean(entry)
 }
 
 // Resources returns the entries of the top-level resources list. The
@@ -36,10 +53,10 @@ func Resources(content []byte) ([]string, error) {
 	return p.block.values, err
 }
 
-// Contains reports whether entry is in the resources list.
+// Contains reports whether the file entry names is in the resources list.
 func Contains(content []byte, entry string) (bool, error) {
 	values, err := Resources(content)
-	return slices.Contains(values, entry), err
+	return slices.Contains(values, Normalize(entry)), err
 }
 
 // cacheFrom is the size from which the entries of a file are cached: the
@@ -118,15 +135,23 @@ func (c *parseCache) put(sum [32]byte, v parsedFile) {
 	c.keys, c.vals = append(c.keys, sum), append(c.vals, v)
 }
 
-// Add appends entry to the resources list unless it is already there. It
-// reports whether the content changed.
+// Add appends entry to the resources list unless the file it names is
+// already there. It reports whether the content changed.
 func Add(content []byte, entry string) ([]byte, bool, error) {
 	lines, b, sum, err := edit(content)
 	if err != nil {
 		return nil, false, err
 	}
-	if slices.Contains(b.values, entry) {
+	if slices.Contains(b.values, Normalize(entry)) {
 		return content, false, nil
+	}
+	if b.end >= 0 {
+		out, err := rewrite(lines, b)
+		if err != nil {
+			return nil, false, err
+		}
+		out, _, err = Add(out, entry)
+		return out, true, err
 	}
 	item := b.indent + "- " + entry
 	switch {
@@ -146,7 +171,7 @@ func Add(content []byte, entry string) ([]byte, bool, error) {
 		lines = append(lines, "resources:\n", item+"\n")
 	}
 	out := []byte(strings.Join(lines, ""))
-	want := append(b.values, entry)
+	want := append(b.values, Normalize(entry))
 	outSum := sha256.Sum256(out)
 	if len(b.items) > 0 && verified.has(sum) {
 		// The file was checked as YAML before; the edit adds one line after
@@ -181,7 +206,7 @@ func remember(out []byte, sum [32]byte, lines []string, b block, values []string
 	}
 	last := b.items[len(b.items)-1]
 	indent, value, ok := listItemOf(strings.TrimRight(lines[last+1], "\r\n"))
-	if !ok || indent != b.indent || unquote(withoutNote(value)) != values[len(values)-1] {
+	if !ok || indent != b.indent || Normalize(unquote(withoutNote(value))) != values[len(values)-1] {
 		return
 	}
 	b.items = append(b.items, last+1)
@@ -189,9 +214,10 @@ func remember(out []byte, sum [32]byte, lines []string, b block, values []string
 	parsed.put(sum, parsedFile{lines, b})
 }
 
-// Remove deletes every occurrence of entry from the resources list. It
-// reports whether the content changed.
+// Remove deletes every entry naming the file entry names from the
+// resources list. It reports whether the content changed.
 func Remove(content []byte, entry string) ([]byte, bool, error) {
+	entry = Normalize(entry)
 	return Filter(content, func(e string) bool { return e != entry })
 }
 
@@ -201,6 +227,17 @@ func Filter(content []byte, keep func(entry string) bool) ([]byte, bool, error) 
 	p, sum, err := read(content)
 	if err != nil {
 		return nil, false, err
+	}
+	if p.block.end >= 0 {
+		if !slices.ContainsFunc(p.block.values, func(v string) bool { return !keep(v) }) {
+			return content, false, nil
+		}
+		out, err := rewrite(slices.Clone(p.lines), p.block)
+		if err != nil {
+			return nil, false, err
+		}
+		out, _, err = Filter(out, keep)
+		return out, true, err
 	}
 	drop := make([]bool, len(p.lines))
 	dropped := 0
@@ -255,9 +292,12 @@ func Filter(content []byte, keep func(entry string) bool) ([]byte, bool, error) 
 }
 
 func parse(lines []string) (block, error) {
-	b := block{key: -1, indent: "  "}
+	b := block{key: -1, indent: "  ", end: -1}
 	for i, l := range lines {
 		text := strings.TrimRight(l, "\r\n")
+		if i == 0 {
+			text = strings.TrimPrefix(text, "\ufeff") // a byte order mark
+		}
 		if resourcesEmpty.MatchString(text) {
 			b.key, b.empty = i, true
 			return b, nil
@@ -267,7 +307,19 @@ func parse(lines []string) (block, error) {
 			break
 		}
 		if strings.HasPrefix(text, "resources:") {
-			return b, fmt.Errorf("resources list in an unsupported form: %q", text)
+			// A flow list or an alias: its extent is the lines that follow
+			// until the next top-level key.
+			b.key, b.end = i, i
+			for j := i + 1; j < len(lines); j++ {
+				t := strings.TrimRight(lines[j], "\r\n")
+				if t != "" && t[0] != ' ' && t[0] != '\t' && t[0] != ']' && t[0] != ',' && t[0] != '#' {
+					break
+				}
+				if strings.TrimSpace(t) != "" && !strings.HasPrefix(strings.TrimSpace(t), "#") {
+					b.end = j
+				}
+			}
+			return irregular(lines, b)
 		}
 	}
 	if b.key < 0 {
@@ -289,9 +341,69 @@ func parse(lines []string) (block, error) {
 			break
 		}
 		b.items = append(b.items, i)
-		b.values = append(b.values, unquote(withoutNote(value)))
+		b.values = append(b.values, Normalize(unquote(withoutNote(value))))
+		if value != "" && (value[0] == '&' || value[0] == '*' || value[0] == '[' || value[0] == '{') {
+			b.end = i // an anchor, an alias or a nested collection
+		}
+	}
+	if b.end >= 0 {
+		b.end = b.items[len(b.items)-1]
+		b.items, b.values = nil, nil
+		return irregular(lines, b)
 	}
 	return b, nil
+}
+
+// irregular fills in the values of a list the line editor does not edit in
+// place, as the YAML parser reads them.
+func irregular(lines []string, b block) (block, error) {
+	values, err := yamlResources([]byte(strings.Join(lines, "")))
+	if err != nil {
+		return b, fmt.Errorf("resources list: %w", err)
+	}
+	b.values = values
+	return b, nil
+}
+
+// yamlResources reads the resources list with the YAML parser, as paths.
+func yamlResources(content []byte) ([]string, error) {
+	var k struct {
+		Resources []string `json:"resources"`
+	}
+	if err := yaml.Unmarshal(content, &k); err != nil {
+		return nil, err
+	}
+	for i, v := range k.Resources {
+		k.Resources[i] = Normalize(v)
+	}
+	return k.Resources, nil
+}
+
+// rewrite replaces the lines of an irregular list (b.key to b.end) with the
+// same entries in block style, keeping every other line and the comment of
+// the key line. The rest of the file means what it meant: anchors of the
+// list are dropped only with the list itself.
+func rewrite(lines []string, b block) ([]byte, error) {
+	nl := lineEnding(lines[b.key])
+	if nl == "" {
+		nl = "\n"
+	}
+	var sb strings.Builder
+	for _, l := range lines[:b.key] {
+		sb.WriteString(l)
+	}
+	sb.WriteString("resources:" + nl)
+	for _, v := range b.values {
+		sb.WriteString("  - " + v + nl)
+	}
+	for _, l := range lines[b.end+1:] {
+		sb.WriteString(l)
+	}
+	out := []byte(sb.String())
+	if got, err := yamlResources(out); err != nil || !slices.Equal(got, b.values) {
+		return nil, fmt.Errorf("rewriting the resources list in block style would change it (%v): %v", got, err)
+	}
+	return out, nil
 }
 
 // listItemOf splits a block-sequence line "<indent>- <value>" (the value
@@ -381,14 +493,12 @@ func (h *hashSet) add(sum [32]byte) {
 // verify re-reads the edited file as YAML, so a bug in the text editing can
 // never write a kustomization that means something other than intended.
 func verify(content []byte, want []string) error {
-	var k struct {
-		Resources []string `json:"resources"`
-	}
-	if err := yaml.Unmarshal(content, &k); err != nil {
+	got, err := yamlResources(content)
+	if err != nil {
 		return fmt.Errorf("edited kustomization does not parse: %w", err)
 	}
-	if !slices.Equal(k.Resources, want) && !(len(k.Resources) == 0 && len(want) == 0) {
-		return fmt.Errorf("edited kustomization lists %v, want %v", k.Resources, want)
+	if !slices.Equal(got, want) && !(len(got) == 0 && len(want) == 0) {
+		return fmt.Errorf("edited kustomization lists %v, want %v", got, want)
 	}
 	return nil
 }

@@ -88,8 +88,79 @@ func TestResources(t *testing.T) {
 	if want := []string{"a.yaml", "b.yaml", "c.yaml", "d.yaml"}; !slices.Equal(got, want) {
 		t.Fatalf("Resources = %v, want %v", got, want)
 	}
-	if _, _, err := Add([]byte("resources: [a.yaml]\n"), "b.yaml"); err == nil {
-		t.Fatal("flow list: want an error, not a guess")
+}
+
+// TestForms edits the forms of a kustomization that kustomize accepts: an
+// onboarding adds t2, an offboarding removes t1, a repeated message changes
+// nothing, and the rest of each file stays as written.
+func TestForms(t *testing.T) {
+	const head = "apiVersion: kustomize.config.k8s.io/v1beta1 # keep me\nkind: Kustomization\n"
+	for name, content := range map[string]string{
+		"plain":                   head + "resources:\n  - dummy-configmap.yaml\n  - t1.yaml\n",
+		"quoted":                  head + "resources:\n  - \"dummy-configmap.yaml\"\n  - 't1.yaml'\n",
+		"inline comments":         head + "resources:\n  - dummy-configmap.yaml # the tier's\n  - t1.yaml # a tenant\n",
+		"full-line comments":      head + "resources:\n  # tenants below\n  - dummy-configmap.yaml\n\n  # t1\n  - t1.yaml\n",
+		"CRLF":                    strings.ReplaceAll(head+"resources:\n  - dummy-configmap.yaml\n  - t1.yaml\n", "\n", "\r\n"),
+		"BOM":                     "\ufeff" + head + "resources:\n  - dummy-configmap.yaml\n  - t1.yaml\n",
+		"BOM, resources first":    "\ufeffresources:\n  - dummy-configmap.yaml\n  - t1.yaml\n" + head,
+		"no indent":               head + "resources:\n- dummy-configmap.yaml\n- t1.yaml\n",
+		"four spaces":             head + "resources:\n    - dummy-configmap.yaml\n    - t1.yaml\n",
+		"keys after resources":    head + "resources:\n  - dummy-configmap.yaml\n  - t1.yaml\nnamePrefix: x- # keep me too\n",
+		"resources first":         "resources:\n  - dummy-configmap.yaml\n  - t1.yaml\n" + head,
+		"dot-slash entries":       head + "resources:\n  - ./dummy-configmap.yaml\n  - ./t1.yaml\n",
+		"flow list":               head + "resources: [dummy-configmap.yaml, t1.yaml] # keep me too\nnamePrefix: x-\n",
+		"multi-line flow list":    head + "resources: [\n  dummy-configmap.yaml,\n  t1.yaml\n]\nnamePrefix: x-\n",
+		"anchor on the list":      head + "resources: &list\n  - dummy-configmap.yaml\n  - t1.yaml\n",
+		"anchors on items":        head + "resources:\n  - &d dummy-configmap.yaml\n  - t1.yaml\n",
+		"no trailing newline":     head + "resources:\n  - dummy-configmap.yaml\n  - t1.yaml",
+		"no resources, t1 absent": head,
+		"empty flow, t1 absent":   head + "resources: []\n",
+	} {
+		t.Run(name, func(t *testing.T) {
+			before, err := yamlResources([]byte(content))
+			if err != nil {
+				t.Fatalf("the form itself does not parse: %v", err)
+			}
+			got, err := Resources([]byte(content))
+			if err != nil || !slices.Equal(got, before) {
+				t.Fatalf("Resources = %v, %v; want %v", got, err, before)
+			}
+			check := func(op string, out []byte, want []string) {
+				t.Helper()
+				after, err := yamlResources(out)
+				if err != nil || !slices.Equal(after, want) {
+					t.Fatalf("%s: lists %v (%v), want %v:\n%s", op, after, err, want, out)
+				}
+				for _, keep := range []string{"# keep me", "kind: Kustomization", "namePrefix: x-"} {
+					if strings.Contains(content, keep) && !strings.Contains(string(out), keep) {
+						t.Fatalf("%s lost %q:\n%s", op, keep, out)
+					}
+				}
+			}
+			// Onboarding t2, then the same message again.
+			added, changed, err := Add([]byte(content), "t2.yaml")
+			if err != nil || !changed {
+				t.Fatalf("Add t2: %v (changed %v)", err, changed)
+			}
+			check("Add t2", added, append(slices.Clone(before), "t2.yaml"))
+			again, changed, err := Add(added, "t2.yaml")
+			if err != nil || changed || string(again) != string(added) {
+				t.Fatalf("Add t2 again changed the file (%v):\n%s", err, again)
+			}
+			// A repeated onboarding of t1, written either way.
+			for _, e := range []string{"t1.yaml", "./t1.yaml"} {
+				out, changed, err := Add([]byte(content), e)
+				if slices.Contains(before, "t1.yaml") && (err != nil || changed || string(out) != content) {
+					t.Fatalf("Add %s of a listed tenant changed the file (%v)", e, err)
+				}
+			}
+			// Offboarding t1.
+			removed, changed, err := Remove([]byte(content), "t1.yaml")
+			if err != nil || changed != slices.Contains(before, "t1.yaml") {
+				t.Fatalf("Remove t1: %v (changed %v)", err, changed)
+			}
+			check("Remove t1", removed, slices.DeleteFunc(slices.Clone(before), func(e string) bool { return e == "t1.yaml" }))
+		})
 	}
 }
 
