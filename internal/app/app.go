@@ -132,7 +132,11 @@ func Run(ctx context.Context, c Config) error {
 		if creds == nil {
 			creds = credentials.Static(o.GitUsername, c.Token)
 		}
-		repo, err = gitrepo.Open(ctx, RepoOptions(o, creds))
+		ro := RepoOptions(o, creds)
+		ro.OnMoved = func(from, to string) {
+			log.Warn().Str("from", from).Str("to", to).Msg("the git server says the repository moved; using the new URL (update GIT_REPO_URL)")
+		}
+		repo, err = gitrepo.Open(ctx, ro)
 		if err != nil {
 			setStatus("repository: %v", err)
 		}

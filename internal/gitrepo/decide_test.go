@@ -119,3 +119,45 @@ func TestPushDecidedByServerState(t *testing.T) {
 		})
 	}
 }
+
+// TestRenamedRepositoryKeepsWorking: after a rename the server answers the
+// old URL with 301, on every request. Every push after it lands, the move
+// is reported once, and fetches follow.
+func TestRenamedRepositoryKeepsWorking(t *testing.T) {
+	srv, url := startServer(t)
+	var moves []string
+	r, err := Open(context.Background(), Options{URL: url, Branch: "main", Token: token,
+		AuthorName: "admin", AuthorEmail: "admin@example.com",
+		OnMoved: func(from, to string) { moves = append(moves, from+" -> "+to) }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	push := func(i int) {
+		t.Helper()
+		parent := r.Head()
+		c, err := r.Commit(parent, map[string][]byte{fmt.Sprintf("a/%d.yaml", i): []byte("x\n")}, "push")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := r.Push(context.Background(), parent, c); err != nil {
+			t.Fatalf("push %d: %v", i, err)
+		}
+	}
+	push(0) // learns the server's capabilities
+	if err := srv.Rename("gitops.git", "renamed.git"); err != nil {
+		t.Fatal(err)
+	}
+	for i := 1; i <= 4; i++ {
+		push(i)
+	}
+	if len(moves) != 1 || !strings.HasSuffix(moves[0], "/renamed.git") {
+		t.Fatalf("moves reported: %v", moves)
+	}
+	if _, err := r.Fetch(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	log, err := srv.Output("renamed.git", "log", "--format=%s", "main")
+	if err != nil || strings.Count(log, "push\n") != 5 {
+		t.Fatalf("pushes on the renamed repository: %q %v", log, err)
+	}
+}

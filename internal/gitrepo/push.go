@@ -73,8 +73,16 @@ func (r *Repo) newObjects(parent, tip plumbing.Hash) ([]plumbing.Hash, map[plumb
 // writer won the race; still at parent, the push failed.
 func (r *Repo) Push(ctx context.Context, parent, commit plumbing.Hash) error {
 	err := r.send(ctx, parent, commit)
+	if err != nil && !IsAuth(err) && !IsConflict(err) {
+		// A renamed repository answers its old URL with a redirect.
+		if moved, merr := r.relocate(ctx); merr != nil {
+			err = errors.Join(err, merr)
+		} else if moved {
+			err = r.send(ctx, parent, commit)
+		}
+	}
 	if err != nil {
-		err = r.decide(ctx, parent, commit, r.classify("push "+r.opts.URL, err))
+		err = r.decide(ctx, parent, commit, r.classify("push "+r.url(), err))
 	}
 	if err != nil {
 		if !IsConflict(err) {
@@ -150,11 +158,11 @@ func (r *Repo) RemoteHead(ctx context.Context) (plumbing.Hash, error) {
 	}
 	auth, err := r.auth.Auth()
 	if err != nil {
-		return plumbing.ZeroHash, fmt.Errorf("list %s: %w: %v", r.opts.URL, ErrAuth, err)
+		return plumbing.ZeroHash, fmt.Errorf("list %s: %w: %v", r.url(), ErrAuth, err)
 	}
 	refs, err := remote.ListContext(ctx, &git.ListOptions{Auth: auth})
 	if err != nil {
-		return plumbing.ZeroHash, r.classify("list "+r.opts.URL, err)
+		return plumbing.ZeroHash, r.classify("list "+r.url(), err)
 	}
 	want := plumbing.NewBranchReferenceName(r.opts.Branch)
 	for _, ref := range refs {
@@ -178,12 +186,12 @@ func (r *Repo) CanPush(ctx context.Context) error {
 	}
 	sess, err := r.receivePackSession(auth)
 	if err != nil {
-		return r.classify("push "+r.opts.URL, err)
+		return r.classify("push "+r.url(), err)
 	}
 	defer sess.Close()
 	ar, err := sess.AdvertisedReferencesContext(ctx)
 	if err != nil {
-		return r.classify("push "+r.opts.URL, err)
+		return r.classify("push "+r.url(), err)
 	}
 	r.mu.Lock()
 	r.receiveCaps = ar.Capabilities
@@ -192,7 +200,7 @@ func (r *Repo) CanPush(ctx context.Context) error {
 }
 
 func (r *Repo) receivePackSession(auth transport.AuthMethod) (transport.ReceivePackSession, error) {
-	ep, err := transport.NewEndpoint(r.opts.URL)
+	ep, err := transport.NewEndpoint(r.url())
 	if err != nil {
 		return nil, err
 	}

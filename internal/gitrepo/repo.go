@@ -43,6 +43,9 @@ type Options struct {
 	AuthorEmail string
 	// Timeout bounds each network call (fetch, push).
 	Timeout time.Duration
+	// OnMoved, if set, hears that the server redirected the repository
+	// from one URL to another (a rename), once per move.
+	OnMoved func(from, to string)
 	// WalkingPush uses go-git's own push, which walks the history to find
 	// the objects to send. Only the benchmark's floor measurement sets it.
 	WalkingPush bool
@@ -134,7 +137,7 @@ func (r *Repo) trackingRef() plumbing.ReferenceName {
 func (r *Repo) configureRemote() error {
 	want := &config.RemoteConfig{
 		Name:  remoteName,
-		URLs:  []string{r.opts.URL},
+		URLs:  []string{r.url()},
 		Fetch: []config.RefSpec{config.RefSpec(fmt.Sprintf("+refs/heads/%s:%s", r.opts.Branch, r.trackingRef()))},
 	}
 	cfg, err := r.repo.Config()
@@ -171,9 +174,9 @@ func (r *Repo) Fetch(ctx context.Context) (plumbing.Hash, error) {
 	})
 	if err != nil && !errors.Is(err, git.NoErrAlreadyUpToDate) {
 		if strings.Contains(err.Error(), "couldn't find remote ref") {
-			return plumbing.ZeroHash, fmt.Errorf("fetch %s: branch %q does not exist", r.opts.URL, r.opts.Branch)
+			return plumbing.ZeroHash, fmt.Errorf("fetch %s: branch %q does not exist", r.url(), r.opts.Branch)
 		}
-		return plumbing.ZeroHash, r.classify("fetch "+r.opts.URL, err)
+		return plumbing.ZeroHash, r.classify("fetch "+r.url(), err)
 	}
 	ref, err := r.repo.Reference(r.trackingRef(), true)
 	if err != nil {

@@ -36,8 +36,9 @@ type Server struct {
 	srv     *http.Server
 	ln      net.Listener
 
-	mu   sync.Mutex
-	hook Hook
+	mu    sync.Mutex
+	hook  Hook
+	moved map[string]string // old repository name -> new, after Rename
 
 	// inflight counts requests still being served (under mu), so Close can
 	// wait for git to finish writing into Root before a test removes it.
@@ -107,6 +108,22 @@ func (s *Server) track() func() {
 	}
 }
 
+// Rename moves repository name to newName, and from then on answers
+// requests for the old name with 301 to the new one, on info/refs and on
+// POSTs alike, as Gitea does after a rename.
+func (s *Server) Rename(name, newName string) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := os.Rename(s.RepoPath(name), s.RepoPath(newName)); err != nil {
+		return err
+	}
+	if s.moved == nil {
+		s.moved = map[string]string{}
+	}
+	s.moved[name] = newName
+	return nil
+}
+
 // SetToken changes the token the server accepts (a rotation).
 func (s *Server) SetToken(token string) {
 	s.mu.Lock()
@@ -126,7 +143,20 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	defer s.track()()
 	s.mu.Lock()
 	token := s.token
+	var redirect string
+	for old, name := range s.moved {
+		if rest, ok := strings.CutPrefix(r.URL.Path, "/"+old+"/"); ok {
+			redirect = "/" + name + "/" + rest
+		}
+	}
 	s.mu.Unlock()
+	if redirect != "" {
+		if r.URL.RawQuery != "" {
+			redirect += "?" + r.URL.RawQuery
+		}
+		http.Redirect(w, r, redirect, http.StatusMovedPermanently)
+		return
+	}
 	if token != "" {
 		_, pass, ok := r.BasicAuth()
 		if !ok || subtle.ConstantTimeCompare([]byte(pass), []byte(token)) != 1 {
