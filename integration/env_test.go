@@ -250,6 +250,37 @@ func tail(s string, n int) string {
 	return s
 }
 
+// finished reports whether the worker logged a final outcome for message id.
+func (h *harness) finished(id string) bool {
+	for _, l := range h.logs.lines("message_id", id) {
+		switch l["message"] {
+		case "tenant change pushed", "already carried out; nothing to push", "already carried out; recorded in the ledger",
+			"already applied by an earlier delivery of this message", staleLine, "message rejected":
+			return true
+		}
+	}
+	return false
+}
+
+// inFlight reports whether the worker has message id in hand (its status
+// API lists it in flight).
+func (h *harness) inFlight(id string) bool {
+	var st struct {
+		InFlight []struct {
+			MessageID string `json:"message_id"`
+		} `json:"in_flight"`
+	}
+	if json.Unmarshal([]byte(h.httpGet("/api/runs")), &st) != nil {
+		return false
+	}
+	for _, r := range st.InFlight {
+		if r.MessageID == id {
+			return true
+		}
+	}
+	return false
+}
+
 // staleLine is the worker's log message for a stale message.
 const staleLine = "stale: sent before the last change applied to what it names; nothing to do"
 

@@ -4,10 +4,12 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"net/http"
 	"os"
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -18,16 +20,27 @@ import (
 )
 
 // model is the simplest possible account of what the worker must do to the
-// repository: tenants per tier in onboarding order, each with its version.
+// repository: tenants per tier in onboarding order, each with its version,
+// and the rule that the latest send time wins per tenant, written the plain
+// way: a message carries the time it was sent; what it names remembers the
+// time of the last message that changed it.
 type model struct {
 	order   map[string][]string // tier -> tenant ids, in kustomization order
 	version map[string]string   // tenant -> release version
 	tierOf  map[string]string   // tenant -> tier
 	pool    string              // pool-1 version, "" while untouched
+
+	clock   int            // send times handed out by step
+	exists  map[string]int // tenant -> send time of the last onboarding or offboarding applied
+	release map[string]int // tenant -> send time of its release
+	poolAt  int
+	tierAt  map[string]int // tier -> send time of its last deployment
+	tierRel map[string]string
 }
 
 func newModel() *model {
-	return &model{order: map[string][]string{}, version: map[string]string{}, tierOf: map[string]string{}}
+	return &model{order: map[string][]string{}, version: map[string]string{}, tierOf: map[string]string{},
+		exists: map[string]int{}, release: map[string]int{}, tierAt: map[string]int{}, tierRel: map[string]string{}}
 }
 
 var aliases = map[string]string{"silo": "premium", "hybrid": "advanced", "pool": "basic"}
@@ -39,48 +52,88 @@ func canonical(tier string) string {
 	return tier
 }
 
-// step applies a message to the model and returns the expected outcome:
-// "applied", "noop" or "rejected:<reason>".
+// step applies a message sent now (after every earlier one) to the model
+// and returns the expected outcome: "applied", "noop", "stale" or
+// "rejected:<reason>".
 func (m *model) step(kind, id, tier, version string) string {
+	m.clock++
+	return m.stepAt(kind, id, tier, version, m.clock)
+}
+
+// stepAt applies a message that was sent at time sent and arrives now.
+func (m *model) stepAt(kind, id, tier, version string, sent int) string {
 	tier = canonical(tier)
 	if tier != "premium" && tier != "advanced" && tier != "basic" {
 		return "rejected:unknown_tier"
 	}
 	switch kind {
 	case "onboarding":
+		if m.exists[id] > sent {
+			return "stale"
+		}
 		if t, ok := m.tierOf[id]; ok {
 			if t != tier {
 				return "rejected:tier_conflict"
 			}
+			m.exists[id] = max(m.exists[id], sent)
 			return "noop"
+		}
+		m.exists[id] = max(m.exists[id], sent)
+		m.release[id] = max(m.release[id], sent)
+		if at := m.tierAt[tier]; at > sent {
+			version, m.release[id] = m.tierRel[tier], max(m.release[id], at) // a deployment sent later already ran
 		}
 		m.tierOf[id], m.version[id] = tier, version
 		m.order[tier] = append(m.order[tier], id)
 		return "applied"
 	case "offboarding":
+		if m.exists[id] > sent {
+			return "stale"
+		}
 		t, ok := m.tierOf[id]
+		if ok && t != tier {
+			return "rejected:tier_conflict"
+		}
+		m.exists[id] = max(m.exists[id], sent)
 		if !ok {
 			return "noop"
-		}
-		if t != tier {
-			return "rejected:tier_conflict"
 		}
 		delete(m.tierOf, id)
 		delete(m.version, id)
 		m.order[tier] = slices.DeleteFunc(m.order[tier], func(s string) bool { return s == id })
 		return "applied"
 	default: // deployment to a whole tier
-		changed := false
+		changed, fresh, stale := false, false, false
 		for _, t := range m.order[tier] {
+			if m.release[t] > sent {
+				stale = true
+				continue
+			}
+			fresh, m.release[t] = true, sent
 			if m.version[t] != version {
 				m.version[t], changed = version, true
 			}
 		}
-		if tier == "basic" && m.pool != version {
-			m.pool, changed = version, true
+		if tier == "basic" {
+			if m.poolAt > sent {
+				stale = true
+			} else {
+				fresh, m.poolAt = true, sent
+				if m.pool != version {
+					m.pool, changed = version, true
+				}
+			}
 		}
-		if changed {
+		if m.tierAt[tier] > sent {
+			stale = true
+		} else {
+			fresh, m.tierAt[tier], m.tierRel[tier] = true, sent, version
+		}
+		switch {
+		case changed:
 			return "applied"
+		case stale && !fresh:
+			return "stale"
 		}
 		return "noop"
 	}
@@ -230,29 +283,73 @@ func TestModel(t *testing.T) {
 			queueOf := map[string]string{"onboarding": h.q.onboarding, "offboarding": h.q.offboarding, "deployment": h.q.deployment}
 			rejected := map[string]string{}
 			var last []string
-			for i := 0; i < steps; i++ {
-				kind, body := randomMessage(r)
-				if last != nil && r.IntN(8) == 0 {
-					kind, body = last[0], last[1] // an exact duplicate
-				}
-				want := expect(m, kind, body)
-				last = []string{kind, body}
-				msgID := h.send(queueOf[kind], body)
+			outcomeOf := func(msgID string) string {
 				line := h.outcome(msgID)
 				got := map[string]string{
 					"tenant change pushed":                                   "applied",
 					"already carried out; nothing to push":                   "noop",
 					"already carried out; recorded in the ledger":            "noop",
 					"already applied by an earlier delivery of this message": "noop",
+					staleLine: "stale",
 				}[fmt.Sprint(line["message"])]
 				if line["message"] == "message rejected" {
 					got = "rejected:" + fmt.Sprint(line["reason"])
 					rejected[msgID] = fmt.Sprint(line["reason"])
 				}
-				if got != want {
+				return got
+			}
+			hold := newPushHold(h)
+			overtaken := 0
+			for i := 0; i < steps; i++ {
+				kind, body := randomMessage(r)
+				if last != nil && r.IntN(8) == 0 {
+					kind, body = last[0], last[1] // an exact duplicate
+				}
+				last = []string{kind, body}
+				if r.IntN(4) == 0 {
+					// Out of order: the worker's push of this message is held
+					// until a message sent after it, from another queue, is in
+					// its hands; then the push fails, the later one goes
+					// first, and this one comes back: a redelivery of an old
+					// message.
+					kind2, body2 := randomMessage(r)
+					if kind2 != kind {
+						first := hold.arm()
+						sentFirst := m.clock + 1
+						id1 := h.send(queueOf[kind], body)
+						if hold.held(first, func() bool { return h.finished(id1) }) {
+							id2 := h.send(queueOf[kind2], body2)
+							h.waitFor("the later message in the worker's hands", 20*time.Second, func() bool {
+								return h.inFlight(id2) || h.finished(id2)
+							})
+							hold.fail(first)
+							m.clock += 2
+							want2, want1 := expect(m, kind2, body2, m.clock), expect(m, kind, body, sentFirst)
+							if got := outcomeOf(id2); got != want2 {
+								t.Fatalf("step %d: %s %s overtaking: outcome %s, model says %s", i, kind2, body2, got, want2)
+							}
+							if got := outcomeOf(id1); got != want1 {
+								t.Fatalf("step %d: %s %s overtaken: outcome %s, model says %s", i, kind, body, got, want1)
+							}
+							overtaken++
+							continue
+						}
+						// It needed no push: it was handled in order.
+						m.clock++
+						if got, want := outcomeOf(id1), expect(m, kind, body, m.clock); got != want {
+							t.Fatalf("step %d: %s %s: outcome %s, model says %s", i, kind, body, got, want)
+						}
+						continue
+					}
+				}
+				m.clock++
+				want := expect(m, kind, body, m.clock)
+				msgID := h.send(queueOf[kind], body)
+				if got := outcomeOf(msgID); got != want {
 					t.Fatalf("step %d: %s %s: outcome %s, model says %s", i, kind, body, got, want)
 				}
 			}
+			t.Logf("%d of %d steps delivered out of order", overtaken, steps)
 			h.checkInvariants(m, false)
 			dead := map[string]string{}
 			h.waitFor("every rejected message in a dead-letter queue", 10*time.Second, func() bool {
@@ -275,8 +372,9 @@ func TestModel(t *testing.T) {
 	}
 }
 
-// expect steps the model with a message body (as generated above).
-func expect(m *model, kind, body string) string {
+// expect steps the model with a message body (as generated above) sent at
+// time sent.
+func expect(m *model, kind, body string, sent int) string {
 	field := func(k string) string {
 		i := strings.Index(body, `"`+k+`":"`)
 		if i < 0 {
@@ -289,5 +387,75 @@ func expect(m *model, kind, body string) string {
 	if strings.Contains(id, "_X") {
 		return "rejected:invalid_tenant_id"
 	}
-	return m.step(kind, id, field("tenant_tier"), field("release_version"))
+	return m.stepAt(kind, id, field("tenant_tier"), field("release_version"), sent)
 }
+
+// pushHold holds the worker's next push at the git server until told to
+// fail it.
+type pushHold struct {
+	mu      sync.Mutex
+	armed   *holdState
+	harness *harness
+}
+
+type holdState struct {
+	held, fail chan struct{}
+}
+
+func newPushHold(h *harness) *pushHold {
+	p := &pushHold{harness: h}
+	h.git.SetHook(func(w http.ResponseWriter, r *http.Request) bool {
+		if r.Method != http.MethodPost || !strings.HasSuffix(r.URL.Path, "git-receive-pack") {
+			return true
+		}
+		p.mu.Lock()
+		s := p.armed
+		p.armed = nil
+		p.mu.Unlock()
+		if s == nil {
+			return true
+		}
+		close(s.held)
+		<-s.fail
+		http.Error(w, "held, then failed", http.StatusInternalServerError)
+		return false
+	})
+	return p
+}
+
+// arm holds the next push.
+func (p *pushHold) arm() *holdState {
+	s := &holdState{held: make(chan struct{}), fail: make(chan struct{})}
+	p.mu.Lock()
+	p.armed = s
+	p.mu.Unlock()
+	return s
+}
+
+// held waits until the armed push is held (true) or done() says the
+// message finished without one (false, and the hold is disarmed).
+func (p *pushHold) held(s *holdState, done func() bool) bool {
+	deadline := time.Now().Add(20 * time.Second)
+	for time.Now().Before(deadline) {
+		select {
+		case <-s.held:
+			return true
+		case <-time.After(20 * time.Millisecond):
+		}
+		if done() {
+			p.mu.Lock()
+			defer p.mu.Unlock()
+			if p.armed == s {
+				p.armed = nil
+				return false
+			}
+			// The hold fired meanwhile.
+			return true
+		}
+	}
+	p.harness.t.Fatal("the message neither pushed nor finished")
+	return false
+}
+
+// fail lets the held push fail.
+func (p *pushHold) fail(s *holdState) { close(s.fail) }
