@@ -7,7 +7,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/tenant-worker/tenant-worker/internal/bench"
+	"github.com/tenant-worker/tenant-worker/internal/testenv/bench"
 )
 
 // TestBenchHarness runs `make bench`'s harness at toy sizes: every size

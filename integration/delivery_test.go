@@ -12,7 +12,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 
 	"github.com/tenant-worker/tenant-worker/internal/config"
-	"github.com/tenant-worker/tenant-worker/internal/fauxqs"
+	"github.com/tenant-worker/tenant-worker/internal/testenv/fauxqs"
 )
 
 func TestFIFOKeepsGroupOrder(t *testing.T) {

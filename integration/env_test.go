@@ -25,9 +25,9 @@ import (
 
 	"github.com/tenant-worker/tenant-worker/internal/app"
 	"github.com/tenant-worker/tenant-worker/internal/config"
-	"github.com/tenant-worker/tenant-worker/internal/fauxqs"
-	"github.com/tenant-worker/tenant-worker/internal/gitserver"
 	"github.com/tenant-worker/tenant-worker/internal/logging"
+	"github.com/tenant-worker/tenant-worker/internal/testenv/fauxqs"
+	"github.com/tenant-worker/tenant-worker/internal/testenv/gitserver"
 	"github.com/tenant-worker/tenant-worker/templates"
 )
 
@@ -264,13 +264,21 @@ func (h *harness) finished(id string) bool {
 
 // inFlight reports whether the worker has message id in hand (its status
 // API lists it in flight).
-func (h *harness) inFlight(id string) bool {
+func (h *harness) inFlight(id string) bool { return inFlightAt(h.httpAddr, id) }
+
+// inFlightAt is inFlight for the worker serving addr.
+func inFlightAt(addr, id string) bool {
+	resp, err := http.Get("http://" + addr + "/api/runs")
+	if err != nil {
+		return false
+	}
+	defer resp.Body.Close()
 	var st struct {
 		InFlight []struct {
 			MessageID string `json:"message_id"`
 		} `json:"in_flight"`
 	}
-	if json.Unmarshal([]byte(h.httpGet("/api/runs")), &st) != nil {
+	if json.NewDecoder(resp.Body).Decode(&st) != nil {
 		return false
 	}
 	for _, r := range st.InFlight {

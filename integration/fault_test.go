@@ -2,21 +2,19 @@ package integration
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"math/rand/v2"
 	"net/http"
 	"os"
-	"slices"
 	"strings"
 	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
 
-	"github.com/tenant-worker/tenant-worker/internal/fauxqs"
 	"github.com/tenant-worker/tenant-worker/internal/gitrepo"
-	"github.com/tenant-worker/tenant-worker/internal/gitserver"
+	"github.com/tenant-worker/tenant-worker/internal/testenv/fauxqs"
+	"github.com/tenant-worker/tenant-worker/internal/testenv/gitserver"
 )
 
 // otherWriter pushes unrelated commits to the branch every 50-200 ms, the
@@ -185,26 +183,7 @@ func TestFaultRun(t *testing.T) {
 	for _, l := range stale.logs.lines("message", "serving the status page, /api/runs, /metrics, /healthz and /readyz") {
 		addr = fmt.Sprint(l["addr"])
 	}
-	h.waitFor("the offboarding in the worker's hands", 60*time.Second, func() bool {
-		resp, err := http.Get("http://" + addr + "/api/runs?id=" + newer)
-		if err != nil {
-			return false
-		}
-		defer resp.Body.Close()
-		var st struct {
-			InFlight []struct {
-				MessageID string `json:"message_id"`
-			} `json:"in_flight"`
-		}
-		if json.NewDecoder(resp.Body).Decode(&st) != nil {
-			return false
-		}
-		return slices.ContainsFunc(st.InFlight, func(r struct {
-			MessageID string `json:"message_id"`
-		}) bool {
-			return r.MessageID == newer
-		})
-	})
+	h.waitFor("the offboarding in the worker's hands", 60*time.Second, func() bool { return inFlightAt(addr, newer) })
 	close(release)
 	counts := h.waitAccounted(want, logs, 120*time.Second)
 	if err := stale.cmd.Process.Signal(syscall.SIGTERM); err != nil {

@@ -8,9 +8,9 @@ import (
 	"time"
 
 	"github.com/tenant-worker/tenant-worker/internal/config"
-	"github.com/tenant-worker/tenant-worker/internal/fauxqs"
 	"github.com/tenant-worker/tenant-worker/internal/results"
 	"github.com/tenant-worker/tenant-worker/internal/runs"
+	"github.com/tenant-worker/tenant-worker/internal/testenv/fauxqs"
 )
 
 // withResults gives the harness a results queue and points the worker at it.

@@ -10,8 +10,8 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/tenant-worker/tenant-worker/internal/bench"
-	"github.com/tenant-worker/tenant-worker/internal/fauxqs"
+	"github.com/tenant-worker/tenant-worker/internal/testenv/bench"
+	"github.com/tenant-worker/tenant-worker/internal/testenv/fauxqs"
 )
 
 func main() { os.Exit(run()) }

@@ -21,9 +21,9 @@ import (
 	"github.com/tenant-worker/tenant-worker/internal/app"
 	wcli "github.com/tenant-worker/tenant-worker/internal/cli"
 	"github.com/tenant-worker/tenant-worker/internal/config"
-	"github.com/tenant-worker/tenant-worker/internal/fauxqs"
-	"github.com/tenant-worker/tenant-worker/internal/gitserver"
 	"github.com/tenant-worker/tenant-worker/internal/logging"
+	"github.com/tenant-worker/tenant-worker/internal/testenv/fauxqs"
+	"github.com/tenant-worker/tenant-worker/internal/testenv/gitserver"
 	"github.com/tenant-worker/tenant-worker/templates"
 )
 

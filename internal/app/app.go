@@ -66,9 +66,6 @@ func Run(ctx context.Context, c Config) error {
 		api = sqs.NewFromConfig(awsCfg)
 	}
 
-	kinds := map[message.Kind]string{
-		message.Onboarding: o.OnboardingQueue, message.Offboarding: o.OffboardingQueue, message.Deployment: o.DeploymentQueue,
-	}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	m := metrics.New(reg)
@@ -152,11 +149,11 @@ func Run(ctx context.Context, c Config) error {
 	queues := make([]*queue.Queue, len(message.Kinds))
 	var retention time.Duration
 	for i, kind := range message.Kinds {
-		err := retry(ctx, "find queue "+kinds[kind], func() error {
+		err := retry(ctx, "find queue "+o.Queue(kind), func() error {
 			var err error
-			queues[i], err = queue.Resolve(ctx, api, kinds[kind])
+			queues[i], err = queue.Resolve(ctx, api, o.Queue(kind))
 			if err != nil {
-				setStatus("queue %s: %v", kinds[kind], err)
+				setStatus("queue %s: %v", o.Queue(kind), err)
 			}
 			return err
 		})

@@ -18,7 +18,6 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 
 	"github.com/tenant-worker/tenant-worker/internal/config"
-	"github.com/tenant-worker/tenant-worker/internal/message"
 	"github.com/tenant-worker/tenant-worker/internal/progress"
 	"github.com/tenant-worker/tenant-worker/internal/queue"
 	"github.com/tenant-worker/tenant-worker/internal/results"
@@ -58,17 +57,14 @@ func sendCmd(args []string, stdout, stderr io.Writer, getenv func(string) string
 		fmt.Fprintf(stderr, "tenant-worker send: %v\n", err)
 		return 1
 	}
-	queueName := map[message.Kind]string{
-		message.Onboarding: opts.OnboardingQueue, message.Offboarding: opts.OffboardingQueue, message.Deployment: opts.DeploymentQueue,
-	}[kind]
-	_, url, err := queue.Locate(ctx, api, queueName)
+	_, url, err := queue.Locate(ctx, api, opts.Queue(kind))
 	if err != nil {
 		fmt.Fprintf(stderr, "tenant-worker send: %v\n", err)
 		return 1
 	}
 	out, err := api.SendMessage(ctx, &sqs.SendMessageInput{QueueUrl: aws.String(url), MessageBody: aws.String(body)})
 	if err != nil {
-		fmt.Fprintf(stderr, "tenant-worker send: send to %s: %v\n", queueName, err)
+		fmt.Fprintf(stderr, "tenant-worker send: send to %s: %v\n", opts.Queue(kind), err)
 		return 1
 	}
 	id := aws.ToString(out.MessageId)

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/tenant-worker/tenant-worker/internal/credentials"
+	"github.com/tenant-worker/tenant-worker/internal/message"
 )
 
 // Options are the worker's settings.
@@ -166,6 +167,13 @@ func (o *Options) BindGroups(fs *flag.FlagSet, getenv func(string) string, group
 		str(&o.LogLevel, "log-level", "LOG_LEVEL", "debug, info, warn or error")
 		str(&o.LogFormat, "log-format", "LOG_FORMAT", "json or console")
 	}
+}
+
+// Queue is the queue (name or URL) that carries messages of kind.
+func (o *Options) Queue(kind message.Kind) string {
+	return map[message.Kind]string{
+		message.Onboarding: o.OnboardingQueue, message.Offboarding: o.OffboardingQueue, message.Deployment: o.DeploymentQueue,
+	}[kind]
 }
 
 // EnvNames lists every environment variable the worker reads for its

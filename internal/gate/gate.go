@@ -10,6 +10,8 @@ import (
 	"context"
 	"sync"
 	"time"
+
+	"github.com/tenant-worker/tenant-worker/internal/wait"
 )
 
 // Cause says what is at fault, the value of the metric's "cause" label.
@@ -137,12 +139,8 @@ func (g *Gate) Watch(ctx context.Context, b Backoff, onProbe func(f Fault, err e
 		}
 		delay := b.First
 		for {
-			t := time.NewTimer(delay)
-			select {
-			case <-ctx.Done():
-				t.Stop()
+			if wait.Sleep(ctx, delay) != nil {
 				return
-			case <-t.C:
 			}
 			g.mu.Lock()
 			f := g.fault

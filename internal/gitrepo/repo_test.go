@@ -12,7 +12,7 @@ import (
 
 	"github.com/go-git/go-git/v5/plumbing"
 
-	"github.com/tenant-worker/tenant-worker/internal/gitserver"
+	"github.com/tenant-worker/tenant-worker/internal/testenv/gitserver"
 )
 
 const token = "s3cr3t-token-value"

@@ -21,6 +21,7 @@ import (
 	"github.com/tenant-worker/tenant-worker/internal/metrics"
 	"github.com/tenant-worker/tenant-worker/internal/reject"
 	"github.com/tenant-worker/tenant-worker/internal/validate"
+	"github.com/tenant-worker/tenant-worker/internal/wait"
 )
 
 // Repository is what the pipeline needs of a clone.
@@ -209,7 +210,8 @@ func (p *Pipeline) apply(ctx context.Context, jobs []Job, dryRun bool) []Result 
 		// racing each other, short enough to win against a busy writer.
 		delay := rand.N(p.opts.RetryDelay * time.Duration(min(attempt, 4)))
 		log.Info().Err(err).Int("attempt", attempt).Dur("retry_in", delay).Msg("push lost a race; re-applying on the new head")
-		if err := sleep(ctx, delay); err != nil {
+		if err := wait.Sleep(ctx, delay); err != nil {
+			err = fmt.Errorf("interrupted while waiting to retry: %w", err)
 			for i := range results {
 				results[i] = Result{Err: err, Attempts: attempt}
 			}
@@ -333,16 +335,4 @@ func (b *batch) timed(step string, fn func() error) error {
 	}
 	b.spent[step] += d
 	return err
-}
-
-// sleep waits for d or until ctx is done.
-func sleep(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return nil
-	case <-ctx.Done():
-		return errors.Join(errors.New("interrupted while waiting to retry"), context.Cause(ctx))
-	}
 }

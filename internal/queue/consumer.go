@@ -14,6 +14,9 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
 	"github.com/rs/zerolog"
+
+	"github.com/tenant-worker/tenant-worker/internal/clip"
+	"github.com/tenant-worker/tenant-worker/internal/wait"
 )
 
 // Message is one received SQS message.
@@ -139,7 +142,7 @@ func (c *Consumer) Run(ctx context.Context) {
 			}
 			c.observe("receive", err)
 			log.Error().Err(err).Dur("retry_in", backoff).Msg("receive failed")
-			if sleep(ctx, backoff) != nil {
+			if wait.Sleep(ctx, backoff) != nil {
 				return
 			}
 			backoff = min(backoff*2, 30*time.Second)
@@ -441,7 +444,7 @@ func (c *Consumer) deadLetterLimit() int {
 func (c *Consumer) deadLetterEntry(i int, m Message, d Disposition) (types.SendMessageBatchRequestEntry, int) {
 	attrs := []struct{ name, value string }{
 		{"reason", d.Reason}, {"source_queue", c.queue.Name}, {"source_message_id", m.ID},
-		{"error", truncate(d.Detail, 1024)},
+		{"error", clip.String(d.Detail, 1024)},
 	}
 	size := func(n int) int {
 		total := len(m.Body)

@@ -6,7 +6,6 @@ import (
 	"strconv"
 	"strings"
 	"time"
-	"unicode/utf8"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
@@ -17,17 +16,6 @@ func stringAttr(s string) types.MessageAttributeValue {
 		s = "-" // SQS refuses empty attribute values
 	}
 	return types.MessageAttributeValue{DataType: aws.String("String"), StringValue: aws.String(s)}
-}
-
-// truncate cuts s to at most n bytes without splitting a UTF-8 sequence.
-func truncate(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	for n > 0 && !utf8.RuneStart(s[n]) {
-		n--
-	}
-	return s[:n] + "..."
 }
 
 func isFIFOURL(u string) bool { return strings.HasSuffix(u, ".fifo") }
@@ -53,16 +41,4 @@ func graceContext(parent context.Context, grace time.Duration) (context.Context,
 		context.AfterFunc(ctx, func() { t.Stop() })
 	})
 	return ctx, func() { stop(); cancel(context.Canceled) }
-}
-
-// sleep waits for d or until ctx is done.
-func sleep(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
 }

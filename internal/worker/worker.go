@@ -7,10 +7,10 @@ import (
 	"context"
 	"errors"
 	"time"
-	"unicode/utf8"
 
 	"github.com/rs/zerolog"
 
+	"github.com/tenant-worker/tenant-worker/internal/clip"
 	"github.com/tenant-worker/tenant-worker/internal/gate"
 	"github.com/tenant-worker/tenant-worker/internal/gitops"
 	"github.com/tenant-worker/tenant-worker/internal/gitrepo"
@@ -104,7 +104,7 @@ func (w *Worker) decode(base zerolog.Logger, kind message.Kind, queueName string
 	req, err := message.Decode(kind, []byte(d.msg.Body))
 	if err != nil {
 		d.outcome, d.settle = w.failed(d.log, queueName, err)
-		d.run.Body = clip(d.msg.Body, 512)
+		d.run.Body = clip.String(d.msg.Body, 512)
 		return
 	}
 	d.log = d.log.With().Str("tenant", req.TenantID).Str("tier", req.Tier).Logger()
@@ -246,15 +246,4 @@ func sentOrNow(m queue.Message) time.Time {
 		return time.Now()
 	}
 	return m.SentAt
-}
-
-// clip shortens s to at most n bytes, on a rune boundary.
-func clip(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	for n > 0 && !utf8.RuneStart(s[n]) {
-		n--
-	}
-	return s[:n] + "…"
 }

@@ -16,8 +16,8 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
 
-	"github.com/tenant-worker/tenant-worker/internal/fauxqs"
-	"github.com/tenant-worker/tenant-worker/internal/gitserver"
+	"github.com/tenant-worker/tenant-worker/internal/testenv/fauxqs"
+	"github.com/tenant-worker/tenant-worker/internal/testenv/gitserver"
 )
 
 // settle is the pause between two single onboardings, so that each finds

@@ -16,7 +16,7 @@ import (
 	"time"
 
 	"github.com/tenant-worker/tenant-worker/internal/gitrepo"
-	"github.com/tenant-worker/tenant-worker/internal/gitserver"
+	"github.com/tenant-worker/tenant-worker/internal/testenv/gitserver"
 	"github.com/tenant-worker/tenant-worker/templates"
 )
 
