@@ -165,14 +165,14 @@ func Run(ctx context.Context, c Config) error {
 
 	p := pipeline.New(repo, pipeline.Options{
 		Layout: gitops.Layout{Root: o.GitopsRoot}, MaxAttempts: o.PushAttempts, Retention: retention,
-		OnStep: func(jobs []pipeline.Job, step string) {
+		Observer: metrics.PipelineObserver{M: m, OnStep: func(jobs []pipeline.Job, step pipeline.Step) {
 			ids := make([]string, len(jobs))
 			for i, j := range jobs {
 				ids[i] = j.MessageID
 			}
-			rec.Update(ids, func(r *runs.Run) { r.Step = step })
-		},
-	}, m)
+			rec.Update(ids, func(r *runs.Run) { r.Step = string(step) })
+		}},
+	})
 
 	var pub worker.Publisher
 	if o.ResultsQueue != "" {

@@ -7,14 +7,12 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
-
-	"github.com/prometheus/client_golang/prometheus"
+	"time"
 
 	"github.com/tenant-worker/tenant-worker/internal/app"
 	"github.com/tenant-worker/tenant-worker/internal/config"
 	"github.com/tenant-worker/tenant-worker/internal/gitops"
 	"github.com/tenant-worker/tenant-worker/internal/gitrepo"
-	"github.com/tenant-worker/tenant-worker/internal/metrics"
 	"github.com/tenant-worker/tenant-worker/internal/pipeline"
 	"github.com/tenant-worker/tenant-worker/internal/progress"
 	"github.com/tenant-worker/tenant-worker/internal/reject"
@@ -44,8 +42,8 @@ func planCmd(args []string, stdout, stderr io.Writer, getenv func(string) string
 	}
 	p := pipeline.New(repo, pipeline.Options{
 		Layout: gitops.Layout{Root: opts.GitopsRoot}, DryRun: true, MaxAttempts: 1,
-		OnStep: func(_ []pipeline.Job, step string) { line.Show("%s", step) },
-	}, metrics.New(prometheus.NewRegistry()))
+		Observer: stepLine{line},
+	})
 	res := p.ApplyOne(ctx, request)
 	line.Clear()
 	if res.Err != nil {
@@ -90,6 +88,14 @@ func openRepo(ctx context.Context, cmd string, opts config.Options, line *progre
 	}
 	return repo, 0
 }
+
+// stepLine shows the pipeline's steps on the progress line.
+type stepLine struct{ line *progress.Line }
+
+func (s stepLine) StepStarted(_ []pipeline.Job, step pipeline.Step) { s.line.Show("%s", step) }
+func (stepLine) LockWaited(time.Duration)                           {}
+func (stepLine) StepDone(pipeline.Step, time.Duration)              {}
+func (stepLine) Pushed(pipeline.PushResult)                         {}
 
 const planUsage = `Usage: tenant-worker plan onboarding|offboarding|deployment [flags]
 

@@ -4,9 +4,12 @@
 package metrics
 
 import (
+	"time"
+
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/tenant-worker/tenant-worker/internal/gate"
+	"github.com/tenant-worker/tenant-worker/internal/pipeline"
 	"github.com/tenant-worker/tenant-worker/internal/reject"
 )
 
@@ -17,13 +20,6 @@ const (
 	OutcomeRejected = "rejected" // a bad message: dead-lettered or deleted
 	OutcomeRetry    = "retry"    // a transient failure: left for redelivery
 	OutcomeStale    = "stale"    // sent before the last change applied to what it names: changes nothing
-)
-
-// Results of a push attempt, the values of the "result" label.
-const (
-	PushSuccess  = "success"
-	PushConflict = "conflict"
-	PushError    = "error"
 )
 
 // Metrics holds every metric the worker records.
@@ -66,9 +62,6 @@ const (
 	StateInFlight = "in_flight" // received, not yet deleted
 	StateDelayed  = "delayed"   // waiting out a retry delay
 )
-
-// Steps of the pipeline, the values of the "step" label.
-var Steps = []string{"sync", "render", "commit", "validate", "push"}
 
 // New creates the metrics and registers them on reg.
 func New(reg prometheus.Registerer) *Metrics {
@@ -140,11 +133,11 @@ func New(reg prometheus.Registerer) *Metrics {
 		m.Probes.WithLabelValues(r)
 	}
 
-	for _, s := range Steps {
-		m.StepDuration.WithLabelValues(s)
+	for _, s := range pipeline.Steps {
+		m.StepDuration.WithLabelValues(string(s))
 	}
-	for _, r := range []string{PushSuccess, PushConflict, PushError} {
-		m.PushAttempts.WithLabelValues(r)
+	for _, r := range pipeline.PushResults {
+		m.PushAttempts.WithLabelValues(string(r))
 	}
 	for _, r := range []string{ResultSent, ResultFailed} {
 		m.ResultEvents.WithLabelValues(r)
@@ -161,5 +154,36 @@ func (m *Metrics) InitQueue(queue string) {
 	}
 	for _, r := range reject.Reasons {
 		m.Rejections.WithLabelValues(queue, string(r))
+	}
+}
+
+// PipelineObserver records what the pipeline reports: step durations, lock
+// waits, push results and the time of the last successful push. OnStep, if
+// set, hears each step as it starts too (the status page's runs in flight).
+type PipelineObserver struct {
+	M      *Metrics
+	OnStep func(jobs []pipeline.Job, step pipeline.Step)
+}
+
+// LockWaited implements pipeline.Observer.
+func (o PipelineObserver) LockWaited(d time.Duration) { o.M.LockWait.Observe(d.Seconds()) }
+
+// StepStarted implements pipeline.Observer.
+func (o PipelineObserver) StepStarted(jobs []pipeline.Job, step pipeline.Step) {
+	if o.OnStep != nil {
+		o.OnStep(jobs, step)
+	}
+}
+
+// StepDone implements pipeline.Observer.
+func (o PipelineObserver) StepDone(step pipeline.Step, d time.Duration) {
+	o.M.StepDuration.WithLabelValues(string(step)).Observe(d.Seconds())
+}
+
+// Pushed implements pipeline.Observer.
+func (o PipelineObserver) Pushed(result pipeline.PushResult) {
+	o.M.PushAttempts.WithLabelValues(string(result)).Inc()
+	if result == pipeline.PushSuccess {
+		o.M.LastPush.Set(float64(time.Now().UnixNano()) / 1e9)
 	}
 }

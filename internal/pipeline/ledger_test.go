@@ -9,12 +9,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-
 	"github.com/tenant-worker/tenant-worker/internal/gitops"
 	"github.com/tenant-worker/tenant-worker/internal/gitrepo"
 	"github.com/tenant-worker/tenant-worker/internal/message"
-	"github.com/tenant-worker/tenant-worker/internal/metrics"
 	"github.com/tenant-worker/tenant-worker/templates"
 )
 
@@ -58,7 +55,7 @@ func restart(t *testing.T, e env, dir string) *Pipeline {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return New(repo, Options{Layout: gitops.Layout{Root: templates.Root}}, metrics.New(prometheus.NewRegistry()))
+	return New(repo, Options{Layout: gitops.Layout{Root: templates.Root}})
 }
 
 // TestRedeliveryAfterRestartAtScale: a batch [deploy 1.0, deploy 2.0] is

@@ -18,7 +18,6 @@ import (
 	"github.com/tenant-worker/tenant-worker/internal/gitops"
 	"github.com/tenant-worker/tenant-worker/internal/gitrepo"
 	"github.com/tenant-worker/tenant-worker/internal/message"
-	"github.com/tenant-worker/tenant-worker/internal/metrics"
 	"github.com/tenant-worker/tenant-worker/internal/reject"
 	"github.com/tenant-worker/tenant-worker/internal/validate"
 	"github.com/tenant-worker/tenant-worker/internal/wait"
@@ -96,9 +95,8 @@ type Options struct {
 	// Retention is how long SQS may still deliver a message (the queues'
 	// MessageRetentionPeriod): the ledger keeps nothing older.
 	Retention time.Duration
-	// OnStep, if set, is called as a batch enters each step, for the
-	// status page's runs in flight.
-	OnStep func(jobs []Job, step string)
+	// Observer, if set, hears each step, lock wait and push.
+	Observer Observer
 	// DryRun does everything but the push: a job's Applied then means it
 	// would be pushed, and its Commit exists only in the local clone.
 	DryRun bool
@@ -110,12 +108,12 @@ type Pipeline struct {
 	repo    Repository
 	opts    Options
 	checker *validate.Checker
-	metrics *metrics.Metrics
+	observe Observer
 	lock    chan struct{}
 }
 
 // New builds a pipeline.
-func New(repo Repository, opts Options, m *metrics.Metrics) *Pipeline {
+func New(repo Repository, opts Options) *Pipeline {
 	if opts.MaxAttempts <= 0 {
 		opts.MaxAttempts = 5
 	}
@@ -125,11 +123,15 @@ func New(repo Repository, opts Options, m *metrics.Metrics) *Pipeline {
 	if opts.Retention <= 0 {
 		opts.Retention = 14 * 24 * time.Hour // the most SQS keeps a message
 	}
+	observe := opts.Observer
+	if observe == nil {
+		observe = nopObserver{}
+	}
 	return &Pipeline{
 		repo:    repo,
 		opts:    opts,
 		checker: validate.NewChecker(opts.Layout),
-		metrics: m,
+		observe: observe,
 		lock:    make(chan struct{}, 1),
 	}
 }
@@ -179,8 +181,8 @@ func (p *Pipeline) apply(ctx context.Context, jobs []Job, dryRun bool) []Result 
 	// past the call, whatever happens inside.
 	defer func() { <-p.lock }()
 	lockWait := time.Since(waited)
-	p.metrics.LockWait.Observe(lockWait.Seconds())
-	steps := map[string]time.Duration{"lock": lockWait}
+	p.observe.LockWaited(lockWait)
+	steps := map[string]time.Duration{string(StepLock): lockWait}
 	withSteps := func(rs []Result) []Result {
 		for i := range rs {
 			rs[i].Steps = steps
@@ -190,24 +192,36 @@ func (p *Pipeline) apply(ctx context.Context, jobs []Job, dryRun bool) []Result 
 
 	log := zerolog.Ctx(ctx)
 	plans := map[int]planned{} // kept across attempts
-	for attempt := 1; ; attempt++ {
-		// The first attempt builds on the head as last seen, without a fetch:
-		// the push is a compare-and-swap, so a stale head costs only a lost
-		// race. Decisions that push nothing are confirmed on a fresh head.
-		optimistic := attempt == 1 && !p.repo.Head().IsZero() && !dryRun
-		b := &batch{p: p, jobs: jobs, results: make([]Result, len(jobs)), plans: plans, optimistic: optimistic, dryRun: dryRun}
-		err := b.run(ctx)
-		ev := log.Debug().Int("jobs", len(jobs)).Int("attempt", attempt).AnErr("push_error", err)
+	// The first attempt builds on the head as last seen, without a fetch:
+	// the push is a compare-and-swap, so a stale head costs only a lost
+	// race. Decisions that push nothing are confirmed on a fresh head.
+	how := mode{optimistic: !p.repo.Head().IsZero() && !dryRun}
+	for attempt := 1; ; {
+		b := &batch{p: p, jobs: jobs, results: make([]Result, len(jobs)), plans: plans, mode: how, dryRun: dryRun}
+		next, err := b.run(ctx)
+		ev := log.Debug().Int("jobs", len(jobs)).Int("attempt", attempt).Str("again", string(next)).AnErr("push_error", err)
 		for step, d := range b.spent {
-			ev = ev.Dur(step, d)
-			steps[step] += d
+			ev = ev.Dur(string(step), d)
+			steps[string(step)] += d
 		}
 		ev.Msg("batch attempt done")
-		if err == nil || !gitrepo.IsConflict(err) || attempt >= p.opts.MaxAttempts {
+		switch {
+		case next == fetchFirst:
+			// A no-op, a duplicate or a refusal decided on a head that may
+			// be stale is not trusted: decide again on a fetched head.
+			how.optimistic = false
+			continue
+		case next == jobByJob:
+			log.Info().Err(err).Msg("batch does not build; validating its messages one by one")
+			how.perJob = true
+			continue
+		case next == lostRace && attempt < p.opts.MaxAttempts:
+		default:
 			return withSteps(b.finish(err, attempt))
 		}
-		// A short random pause: enough to break the lockstep of replicas
-		// racing each other, short enough to win against a busy writer.
+		// A lost race: fetch, re-apply, push again, after a short random
+		// pause: enough to break the lockstep of replicas racing each
+		// other, short enough to win against a busy writer.
 		delay := rand.N(p.opts.RetryDelay * time.Duration(min(attempt, 4)))
 		log.Info().Err(err).Int("attempt", attempt).Dur("retry_in", delay).Msg("push lost a race; re-applying on the new head")
 		if err := wait.Sleep(ctx, delay); err != nil {
@@ -217,26 +231,47 @@ func (p *Pipeline) apply(ctx context.Context, jobs []Job, dryRun bool) []Result 
 			}
 			return withSteps(results)
 		}
+		attempt++
+		how = mode{}
 	}
 }
 
-// batch is one attempt at a batch of jobs.
+// again is why a batch goes again, and how; the empty value: it is done.
+type again string
+
+const (
+	// fetchFirst: something was decided on the head as last seen without
+	// pushing (a no-op, a duplicate, a refusal): decide again on a fetched
+	// head, which the push's compare-and-swap cannot confirm.
+	fetchFirst again = "fetch_first"
+	// jobByJob: the batch's tree does not build: check after every job to
+	// find the one that breaks it.
+	jobByJob again = "job_by_job"
+	// lostRace: another writer moved the branch: fetch, re-apply and push
+	// again, as a new attempt.
+	lostRace again = "lost_race"
+)
+
+// mode is how a batch is run.
+type mode struct {
+	optimistic bool // build on the head as last seen, without a fetch
+	perJob     bool // build the kustomizations after every job, not once
+}
+
+// batch is one run of a batch of jobs.
 type batch struct {
 	p       *Pipeline
 	jobs    []Job
 	results []Result
+	mode
+	dryRun bool // everything but the push
 	// pending marks jobs whose commit waits for the push.
 	pending []bool
-	base    plumbing.Hash // the remote head the attempt started from
-	tip     plumbing.Hash // the last commit of the attempt
-	// perJob builds the kustomizations after every job instead of once for
-	// the batch, to find which job breaks them.
-	perJob     bool
-	optimistic bool     // built on the last seen head, without a fetch
-	dryRun     bool     // everything but the push
-	changed    []string // paths the pending commits change
-	spent      map[string]time.Duration
-	plans      map[int]planned // by job index, shared by the attempts of a batch
+	base    plumbing.Hash // the remote head the run started from
+	tip     plumbing.Hash // the last commit of the run
+	changed []string      // paths the pending commits change
+	spent   map[Step]time.Duration
+	plans   map[int]planned // by job index, shared by the runs of a batch
 }
 
 // finish turns the attempt's per-job results into final ones, given how
@@ -265,13 +300,15 @@ func (b *batch) finish(pushErr error, attempt int) []Result {
 	return b.results
 }
 
-func (b *batch) run(ctx context.Context) error {
+// run runs the batch once and says whether it must go again, and why, or
+// how its push went.
+func (b *batch) run(ctx context.Context) (again, error) {
 	b.pending = make([]bool, len(b.jobs))
-	if err := b.timed("sync", func() error { return b.sync(ctx) }); err != nil {
+	if err := b.timed(StepSync, func() error { return b.sync(ctx) }); err != nil {
 		for i := range b.results {
 			b.results[i].Err = err
 		}
-		return nil // every job failed alike; nothing to push
+		return "", nil // every job failed alike; nothing to push
 	}
 	failedGroups := map[string]bool{}
 	for i, job := range b.jobs {
@@ -289,26 +326,24 @@ func (b *batch) run(ctx context.Context) error {
 		}
 	}
 	if b.optimistic && !b.allApplied() {
-		// A no-op, a duplicate or a refusal decided on a head that may be
-		// stale is not trusted: decide again on a fetched head.
-		*b = batch{p: b.p, jobs: b.jobs, results: make([]Result, len(b.jobs)), perJob: b.perJob, plans: b.plans, dryRun: b.dryRun}
-		return b.run(ctx)
+		return fetchFirst, nil
 	}
 	if b.tip == b.base {
-		return nil
+		return "", nil
 	}
 	if !b.perJob {
 		if err := b.checkTip(); err != nil {
-			// Some job breaks the build: start over, checking job by job.
-			zerolog.Ctx(ctx).Info().Err(err).Msg("batch does not build; validating its messages one by one")
-			*b = batch{p: b.p, jobs: b.jobs, results: make([]Result, len(b.jobs)), perJob: true, plans: b.plans, optimistic: b.optimistic, dryRun: b.dryRun}
-			return b.run(ctx)
+			return jobByJob, err
 		}
 	}
 	if b.dryRun {
-		return nil
+		return "", nil
 	}
-	return b.timed("push", func() error { return b.push(ctx) })
+	err := b.timed(StepPush, func() error { return b.push(ctx) })
+	if gitrepo.IsConflict(err) {
+		return lostRace, err
+	}
+	return "", err
 }
 
 // allApplied reports whether every job of the attempt made a commit.
@@ -322,16 +357,14 @@ func (b *batch) allApplied() bool {
 }
 
 // timed runs one step and records its duration.
-func (b *batch) timed(step string, fn func() error) error {
-	if b.p.opts.OnStep != nil {
-		b.p.opts.OnStep(b.jobs, step)
-	}
+func (b *batch) timed(step Step, fn func() error) error {
+	b.p.observe.StepStarted(b.jobs, step)
 	start := time.Now()
 	err := fn()
 	d := time.Since(start)
-	b.p.metrics.StepDuration.WithLabelValues(step).Observe(d.Seconds())
+	b.p.observe.StepDone(step, d)
 	if b.spent == nil {
-		b.spent = map[string]time.Duration{}
+		b.spent = map[Step]time.Duration{}
 	}
 	b.spent[step] += d
 	return err

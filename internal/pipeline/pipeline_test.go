@@ -6,18 +6,14 @@ import (
 	"io/fs"
 	"net/http"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/testutil"
-	dto "github.com/prometheus/client_model/go"
-
 	"github.com/tenant-worker/tenant-worker/internal/gitops"
 	"github.com/tenant-worker/tenant-worker/internal/gitrepo"
 	"github.com/tenant-worker/tenant-worker/internal/message"
-	"github.com/tenant-worker/tenant-worker/internal/metrics"
 	"github.com/tenant-worker/tenant-worker/internal/reject"
 	"github.com/tenant-worker/tenant-worker/internal/testenv/gitserver"
 	"github.com/tenant-worker/tenant-worker/templates"
@@ -26,7 +22,35 @@ import (
 type env struct {
 	srv *gitserver.Server
 	p   *Pipeline
-	m   *metrics.Metrics
+	obs *recorder
+}
+
+// recorder is an Observer that counts what it hears.
+type recorder struct {
+	mu      sync.Mutex
+	started map[Step]int
+	done    map[Step]int
+	pushes  map[PushResult]int
+	waits   int
+}
+
+func newRecorder() *recorder {
+	return &recorder{started: map[Step]int{}, done: map[Step]int{}, pushes: map[PushResult]int{}}
+}
+
+func (r *recorder) LockWaited(time.Duration) { r.mu.Lock(); r.waits++; r.mu.Unlock() }
+func (r *recorder) StepStarted(_ []Job, s Step) {
+	r.mu.Lock()
+	r.started[s]++
+	r.mu.Unlock()
+}
+func (r *recorder) StepDone(s Step, _ time.Duration) { r.mu.Lock(); r.done[s]++; r.mu.Unlock() }
+func (r *recorder) Pushed(p PushResult)              { r.mu.Lock(); r.pushes[p]++; r.mu.Unlock() }
+
+func (r *recorder) pushed(p PushResult) int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.pushes[p]
 }
 
 func setup(t *testing.T) env {
@@ -45,8 +69,8 @@ func setup(t *testing.T) env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	m := metrics.New(prometheus.NewRegistry())
-	return env{srv: srv, m: m, p: New(repo, Options{Layout: gitops.Layout{Root: templates.Root}}, m)}
+	obs := newRecorder()
+	return env{srv: srv, obs: obs, p: New(repo, Options{Layout: gitops.Layout{Root: templates.Root}, Observer: obs})}
 }
 
 func apply(t *testing.T, e env, kind message.Kind, body string) (Result, error) {
@@ -96,14 +120,13 @@ func TestApplyAndNoop(t *testing.T) {
 	if strings.TrimSpace(count) != "2" {
 		t.Fatalf("commits on main = %s, want 2 (no empty commit)", count)
 	}
-	for _, step := range metrics.Steps {
-		var m dto.Metric
-		if err := e.m.StepDuration.WithLabelValues(step).(prometheus.Metric).Write(&m); err != nil {
-			t.Fatal(err)
+	for _, step := range Steps {
+		if e.obs.started[step] == 0 || e.obs.done[step] != e.obs.started[step] {
+			t.Errorf("step %s: started %d times, done %d", step, e.obs.started[step], e.obs.done[step])
 		}
-		if n := m.GetHistogram().GetSampleCount(); n == 0 {
-			t.Errorf("no %s duration recorded", step)
-		}
+	}
+	if e.obs.waits != 2 {
+		t.Errorf("%d lock waits reported for 2 batches", e.obs.waits)
 	}
 }
 
@@ -128,7 +151,7 @@ func TestLostRaceIsReapplied(t *testing.T) {
 	if !strings.Contains(show(t, e, "pooled-envs/pool-1.yaml"), `tag: "0.2"`) || show(t, e, "tenants/premium/tenant-1.yaml") == "<absent>" {
 		t.Fatal("one of the two changes is missing from the branch")
 	}
-	if got := testutil.ToFloat64(e.m.PushAttempts.WithLabelValues(metrics.PushConflict)); got != 1 {
+	if got := e.obs.pushed(PushConflict); got != 1 {
 		t.Fatalf("conflicts counted: %v", got)
 	}
 }
@@ -251,7 +274,7 @@ func TestBatchOneCommitEachOnePush(t *testing.T) {
 	if log != "Already in place: Adding new tenant a2 in tier basic|m4\nAdding new tenant a2 in tier basic|m3\nAdding new tenant a1 in tier basic|m1\n" {
 		t.Fatalf("history:\n%s", log)
 	}
-	if got := testutil.ToFloat64(e.m.PushAttempts.WithLabelValues(metrics.PushSuccess)); got != 1 {
+	if got := e.obs.pushed(PushSuccess); got != 1 {
 		t.Fatalf("%v pushes, want 1", got)
 	}
 	// Redelivered messages are recognised by the ledger, even m1 whose

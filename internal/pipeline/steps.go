@@ -9,7 +9,6 @@ import (
 	"github.com/tenant-worker/tenant-worker/internal/gitops"
 	"github.com/tenant-worker/tenant-worker/internal/gitrepo"
 	"github.com/tenant-worker/tenant-worker/internal/message"
-	"github.com/tenant-worker/tenant-worker/internal/metrics"
 	"github.com/tenant-worker/tenant-worker/internal/reject"
 )
 
@@ -48,7 +47,7 @@ func (b *batch) applyJob(_ context.Context, i int) {
 	}
 
 	var commit = b.tip
-	err = b.timed("commit", func() error {
+	err = b.timed(StepCommit, func() error {
 		var err error
 		commit, err = b.p.repo.Commit(b.tip, plan.Files, withTrailers(plan.Message, job))
 		return err
@@ -58,7 +57,7 @@ func (b *batch) applyJob(_ context.Context, i int) {
 		return
 	}
 
-	err = b.timed("validate", func() error {
+	err = b.timed(StepValidate, func() error {
 		after, err := b.p.repo.Snapshot(commit)
 		if err != nil {
 			return fmt.Errorf("open commit %s: %w", commit, err)
@@ -127,7 +126,7 @@ func (b *batch) blame(before *gitrepo.Snapshot, job Job, err error) error {
 // checkTip builds the kustomizations the batch touched, once, on its last
 // commit.
 func (b *batch) checkTip() error {
-	return b.timed("validate", func() error {
+	return b.timed(StepValidate, func() error {
 		tip, err := b.p.repo.Snapshot(b.tip)
 		if err != nil {
 			return fmt.Errorf("open commit %s: %w", b.tip, err)
@@ -148,7 +147,7 @@ func (b *batch) plan(before *gitrepo.Snapshot, i int) (gitops.Change, error) {
 		}
 	}
 	var change gitops.Change
-	err := b.timed("render", func() error {
+	err := b.timed(StepRender, func() error {
 		var err error
 		job := b.jobs[i]
 		change, err = b.p.opts.Layout.PlanAt(before, job.Request, gitops.Stamp{
@@ -173,16 +172,13 @@ type planned struct {
 // started; otherwise it reports a conflict and the batch starts over.
 func (b *batch) push(ctx context.Context) error {
 	err := b.p.repo.Push(ctx, b.base, b.tip)
-	m := b.p.metrics
 	switch {
 	case err == nil:
-		m.PushAttempts.WithLabelValues(metrics.PushSuccess).Inc()
-		m.LastPush.Set(float64(time.Now().UnixNano()) / 1e9)
-		return nil
+		b.p.observe.Pushed(PushSuccess)
 	case gitrepo.IsConflict(err):
-		m.PushAttempts.WithLabelValues(metrics.PushConflict).Inc()
+		b.p.observe.Pushed(PushConflict)
 	default:
-		m.PushAttempts.WithLabelValues(metrics.PushError).Inc()
+		b.p.observe.Pushed(PushError)
 	}
 	return err
 }
