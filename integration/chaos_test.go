@@ -36,14 +36,20 @@ const (
 	fault500 fault = "http_500"
 	// The server holds a push past the worker's git timeout (4 s).
 	faultStall fault = "stall_past_timeout"
+	// The repository is renamed: from then on its old URL answers 301, and
+	// the push that found it so must land at the new one.
+	faultRename fault = "repository_renamed"
 )
+
+// renamedTo is the repository's name after faultRename.
+const renamedTo = "gitops-renamed.git"
 
 // faultPlan is what happens at which push of the workers (counted from 1).
 // Every fault lies within the first 120 pushes, which phase 1 always needs.
 var faultPlan = map[int64]fault{
 	4: faultKillHeld, 12: faultReplicaStart, 18: faultKillAfterUpdate, 26: faultRace,
 	33: faultKillHeld, 41: faultKillAfterUpdate, 48: faultRace, 56: faultKillHeld,
-	64: faultKillAfterUpdate, 72: faultReplicaStop, 80: faultRace,
+	64: faultKillAfterUpdate, 68: faultRename, 72: faultReplicaStop, 80: faultRace,
 }
 
 // plannedFaults counts the faults every run must inject: the plan's, HTTP
@@ -87,6 +93,7 @@ type chaos struct {
 	replica  string              // the second replica's name, while it runs
 	seq      int
 	carried  []fault // faults moved to a later push
+	renamed  bool    // a push reached the renamed repository
 	injected map[fault]int
 	observed map[fault]int
 	wg       sync.WaitGroup
@@ -185,6 +192,14 @@ func (c *chaos) hook(w http.ResponseWriter, r *http.Request) bool {
 		return false
 	}
 	r.Body = io.NopCloser(bytes.NewReader(body))
+	if strings.Contains(r.URL.Path, "/"+renamedTo+"/") {
+		c.mu.Lock()
+		if !c.renamed {
+			c.renamed = true
+			c.observed[faultRename]++
+		}
+		c.mu.Unlock()
+	}
 	n := c.pushes.Add(1)
 	f := faultPlan[n]
 	if f == "" && !regular(n) {
@@ -212,6 +227,16 @@ func (c *chaos) hook(w http.ResponseWriter, r *http.Request) bool {
 		rec := c.serve(r)
 		c.count(f, bytes.Contains(rec.Body.Bytes(), []byte("ng refs/heads/main")))
 		copyResponse(w, rec)
+		return false
+	case faultRename:
+		if err := c.h.git.Rename(repoName, renamedTo); err != nil {
+			c.background(func() error { return err })
+			return true
+		}
+		c.mu.Lock()
+		c.injected[f]++
+		c.mu.Unlock()
+		http.Redirect(w, r, strings.Replace(r.URL.Path, "/"+repoName+"/", "/"+renamedTo+"/", 1), http.StatusMovedPermanently)
 		return false
 	case faultReplicaStart:
 		c.count(f, true)

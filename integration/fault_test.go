@@ -157,7 +157,10 @@ func TestFaultRun(t *testing.T) {
 	// then fails that push once the offboarding is in the worker's hands.
 	// The offboarding, waiting for the repository lock, goes first; the
 	// onboarding, sent before it, comes back and must change nothing.
-	stale := h.spawnIn("", logs, append([]string{"GIT_USERNAME=worker-stale"}, env...)...)
+	// It is given the repository's new URL: one given the old URL would
+	// find the move when the held push fails, and push again at once.
+	stale := h.spawnIn("", logs, append(append([]string{"GIT_USERNAME=worker-stale"}, env...),
+		"GIT_REPO_URL="+h.git.RepoURL(renamedTo))...)
 	held, release := make(chan struct{}), make(chan struct{})
 	var holds atomic.Int32
 	h.git.SetHook(func(w http.ResponseWriter, r *http.Request) bool {

@@ -110,18 +110,32 @@ func (s *Server) track() func() {
 
 // Rename moves repository name to newName, and from then on answers
 // requests for the old name with 301 to the new one, on info/refs and on
-// POSTs alike, as Gitea does after a rename.
+// POSTs alike, as Gitea does after a rename. The server's own helpers
+// (Output, WriteFile, RepoPath) follow the move.
 func (s *Server) Rename(name, newName string) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if err := os.Rename(s.RepoPath(name), s.RepoPath(newName)); err != nil {
+	from := s.currentLocked(name)
+	if err := os.Rename(filepath.Join(s.Root, from), filepath.Join(s.Root, newName)); err != nil {
 		return err
 	}
 	if s.moved == nil {
 		s.moved = map[string]string{}
 	}
-	s.moved[name] = newName
+	s.moved[from] = newName
 	return nil
+}
+
+// currentLocked follows renames from name (under mu).
+func (s *Server) currentLocked(name string) string {
+	for i := 0; i < 100; i++ {
+		next, ok := s.moved[name]
+		if !ok {
+			break
+		}
+		name = next
+	}
+	return name
 }
 
 // SetToken changes the token the server accepts (a rotation).
@@ -197,8 +211,13 @@ func (s *Server) Backend(w http.ResponseWriter, r *http.Request) {
 // RepoURL is the clone URL of the repository name.
 func (s *Server) RepoURL(name string) string { return s.URL + "/" + name }
 
-// RepoPath is the bare repository's directory.
-func (s *Server) RepoPath(name string) string { return filepath.Join(s.Root, name) }
+// RepoPath is the bare repository's directory (where it is now, after any
+// rename).
+func (s *Server) RepoPath(name string) string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return filepath.Join(s.Root, s.currentLocked(name))
+}
 
 // CreateRepo makes a bare repository name whose branch holds one commit with
 // the files of seed, and returns its URL.
