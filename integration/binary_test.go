@@ -212,3 +212,28 @@ func TestShutdownReleasesWhatItCannotFinish(t *testing.T) {
 		t.Fatalf("message not released on shutdown: %v %v\n%s", out, err, p.logs.String())
 	}
 }
+
+// TestStopStrandsNothing: SIGTERM reaches a worker whose long polls are in
+// flight, and a message is sent right after. SQS may hand it to one of
+// those polls; the worker must make it visible again at once, so it is
+// received here well within its 120 s visibility timeout.
+func TestStopStrandsNothing(t *testing.T) {
+	h := newHarness(t, true)
+	p := h.startBinary("SQS_WAIT_TIME=20s", "SQS_VISIBILITY_TIMEOUT=120s", "SHUTDOWN_GRACE=30s")
+	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	id := h.send(h.q.deployment, `{"tenant_tier":"basic","release_version":"1.0"}`)
+	if err, ok := p.stopped(40 * time.Second); !ok || err != nil {
+		t.Fatalf("exit after SIGTERM: %v (exited: %v)\n%s", err, ok, p.logs.String())
+	}
+	out, err := h.api.ReceiveMessage(context.Background(), &sqs.ReceiveMessageInput{
+		QueueUrl: aws.String(h.q.deployment), WaitTimeSeconds: 10,
+	})
+	if err != nil || len(out.Messages) != 1 || aws.ToString(out.Messages[0].MessageId) != id {
+		t.Fatalf("the message sent after SIGTERM is not visible: %v %v\n%s", out, err, p.logs.String())
+	}
+	if strings.Contains(p.logs.String(), `"message_id":"`+id+`"`) && !strings.Contains(p.logs.String(), "stopped") {
+		t.Fatal("the worker worked on a message after SIGTERM")
+	}
+}
