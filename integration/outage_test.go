@@ -31,26 +31,35 @@ func readyz(addr string) string {
 }
 
 // TestGitOutageDeadLettersNothing: while git is down the worker stops
-// receiving, says why, probes, and resumes by itself. The outage lasts for
-// more failed probes than the queue's redrive allows receives (5): had the
-// worker kept receiving, SQS would have dead-lettered the message.
+// receiving, says why, probes, and resumes by itself. The outage ends at a
+// point of the protocol (after 40 failed probes), and lasts more than ten
+// times the redrive window: the time in which SQS, receiving the message
+// at the worker's retry delays, would have dead-lettered it (5 receives).
 func TestGitOutageDeadLettersNothing(t *testing.T) {
 	h := newHarness(t, true)
-	h.tune = func(o *config.Options) { o.ProbeMaxDelay = 100 * time.Millisecond }
+	const retry, maxRetry, probeEvery = 100 * time.Millisecond, 200 * time.Millisecond, 200 * time.Millisecond
+	h.tune = func(o *config.Options) {
+		o.RetryDelay, o.MaxRetryDelay, o.ProbeMaxDelay = retry, maxRetry, probeEvery
+	}
+	// 5 receives, the first at once, then after 0.1, 0.2, 0.2, 0.2 s.
+	redriveWindow := retry + 3*maxRetry
 	var down atomic.Bool
 	var failedProbes atomic.Int32
-	const outageProbes = 15
+	const outageProbes = 40
+	var began, ended atomic.Int64
 	h.git.SetHook(func(w http.ResponseWriter, r *http.Request) bool {
 		if !down.Load() {
 			return true
 		}
 		if isProbe(r) && failedProbes.Add(1) >= outageProbes {
-			down.Store(false) // the outage ends at a known point: after 15 failed probes
+			ended.Store(time.Now().UnixNano())
+			down.Store(false) // the outage ends at a known point
 		}
 		http.Error(w, "git is down", http.StatusServiceUnavailable)
 		return false
 	})
 	h.start()
+	began.Store(time.Now().UnixNano())
 	down.Store(true)
 	id := h.send(h.q.onboarding, `{"tenant_id":"tenant-1","tenant_tier":"premium","release_version":"0.0"}`)
 	h.waitFor("the worker to pause", 20*time.Second, func() bool {
@@ -68,6 +77,11 @@ func TestGitOutageDeadLettersNothing(t *testing.T) {
 	}
 	if n := failedProbes.Load(); n < outageProbes {
 		t.Fatalf("the outage ended after %d failed probes, planned %d", n, outageProbes)
+	}
+	// The probes are paced by the worker's backoff, so the outage cannot be
+	// shorter than this on any machine.
+	if lasted := time.Duration(ended.Load() - began.Load()); lasted < 10*redriveWindow {
+		t.Fatalf("the outage lasted %s, less than ten redrive windows (%s)", lasted, 10*redriveWindow)
 	}
 	// One receive met the outage, one after it: the receive count never
 	// climbed while git was down.
