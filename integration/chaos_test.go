@@ -6,6 +6,9 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
+	"regexp"
 	"slices"
 	"strings"
 	"sync"
@@ -34,11 +37,15 @@ const (
 	faultReplicaStop  fault = "replica_stopped"
 	// The server answers HTTP 500 without touching the branch.
 	fault500 fault = "http_500"
-	// The server holds a push past the worker's git timeout (4 s).
+	// The server holds a push past the worker's git timeout (8 s).
 	faultStall fault = "stall_past_timeout"
 	// The repository is renamed: from then on its old URL answers 301, and
 	// the push that found it so must land at the new one.
 	faultRename fault = "repository_renamed"
+	// The server holds a push until the worker renews the visibility of
+	// its messages (the heartbeat); the SQS proxy holds that call and the
+	// worker is SIGKILLed in it.
+	faultKillHeartbeat fault = "sigkill_during_heartbeat"
 )
 
 // renamedTo is the repository's name after faultRename.
@@ -49,7 +56,8 @@ const renamedTo = "gitops-renamed.git"
 var faultPlan = map[int64]fault{
 	4: faultKillHeld, 12: faultReplicaStart, 18: faultKillAfterUpdate, 26: faultRace,
 	33: faultKillHeld, 41: faultKillAfterUpdate, 48: faultRace, 56: faultKillHeld,
-	64: faultKillAfterUpdate, 68: faultRename, 72: faultReplicaStop, 80: faultRace,
+	64: faultKillAfterUpdate, 68: faultRename, 72: faultReplicaStop, 76: faultKillHeartbeat, 80: faultRace,
+	88: faultKillHeartbeat,
 }
 
 // plannedFaults counts the faults every run must inject: the plan's, HTTP
@@ -88,22 +96,69 @@ type chaos struct {
 
 	pushes atomic.Int64 // pushes by workers that reached the server
 
-	mu       sync.Mutex
-	procs    map[string]*process // by git user name
-	replica  string              // the second replica's name, while it runs
-	seq      int
-	carried  []fault // faults moved to a later push
-	renamed  bool    // a push reached the renamed repository
-	injected map[fault]int
-	observed map[fault]int
-	wg       sync.WaitGroup
-	stopping bool
-	errs     []error
+	mu      sync.Mutex
+	procs   map[string]*process // by git user name
+	replica string              // the second replica's name, while it runs
+	seq     int
+	carried []fault // faults moved to a later push
+	renamed bool    // a push reached the renamed repository
+	// heartbeat is the worker whose next heartbeat is to be killed, and
+	// beaten is closed once it was.
+	heartbeat string
+	beaten    chan struct{}
+	sqsProxy  *httptest.Server
+	injected  map[fault]int
+	observed  map[fault]int
+	wg        sync.WaitGroup
+	stopping  bool
+	errs      []error
 }
 
 func newChaos(h *harness, logs *syncBuffer, env []string) *chaos {
-	return &chaos{h: h, logs: logs, env: env, procs: map[string]*process{},
+	c := &chaos{h: h, logs: logs, env: env, procs: map[string]*process{},
 		injected: map[fault]int{}, observed: map[fault]int{}}
+	target, err := url.Parse(sqsEndpoint)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	proxy := httputil.NewSingleHostReverseProxy(target)
+	c.sqsProxy = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if c.sqsHook(w, r) {
+			proxy.ServeHTTP(w, r)
+		}
+	}))
+	h.t.Cleanup(c.sqsProxy.Close)
+	return c
+}
+
+// heartbeatRE matches a visibility change to the full 5 s timeout: the
+// heartbeat (a retry asks 1-2 s, a release 0).
+var heartbeatRE = regexp.MustCompile(`"VisibilityTimeout":\s*5\b`)
+
+// sqsHook sees every SQS call of the workers; it returns false when it
+// answered the call itself.
+func (c *chaos) sqsHook(w http.ResponseWriter, r *http.Request) bool {
+	if r.Header.Get("X-Amz-Target") != "AmazonSQS.ChangeMessageVisibilityBatch" {
+		return true
+	}
+	body, err := io.ReadAll(r.Body)
+	if err != nil {
+		return false
+	}
+	r.Body = io.NopCloser(bytes.NewReader(body))
+	r.ContentLength = int64(len(body))
+	c.mu.Lock()
+	armed, beaten := c.heartbeat, c.beaten
+	if armed == "" || !strings.Contains(r.Header.Get("Authorization"), "Credential="+armed+"/") || !heartbeatRE.Match(body) {
+		c.mu.Unlock()
+		return true
+	}
+	c.heartbeat = ""
+	c.mu.Unlock()
+	c.count(faultKillHeartbeat, c.kill(armed))
+	close(beaten)
+	http.Error(w, "worker killed during its heartbeat", http.StatusBadGateway)
+	return false
 }
 
 // start runs the first worker.
@@ -124,8 +179,11 @@ func (c *chaos) spawn(replica bool) error {
 	c.seq++
 	name := fmt.Sprintf("worker-%d", c.seq)
 	c.mu.Unlock()
-	// Each keeps its clone in memory (the default), so a restart clones again.
-	p, err := c.h.launch("", c.logs, append([]string{"GIT_USERNAME=" + name}, c.env...)...)
+	// Each keeps its clone in memory (the default), so a restart clones
+	// again. It talks to SQS through the proxy, under its own access key.
+	env := append([]string{"GIT_USERNAME=" + name}, c.env...)
+	env = append(env, "AWS_ENDPOINT_URL_SQS="+c.sqsProxy.URL, "AWS_ACCESS_KEY_ID="+name)
+	p, err := c.h.launch("", c.logs, env...)
 	if err != nil {
 		return err
 	}
@@ -206,6 +264,18 @@ func (c *chaos) hook(w http.ResponseWriter, r *http.Request) bool {
 		f = c.takeCarried()
 	}
 	switch f {
+	case faultKillHeld, faultKillAfterUpdate, faultKillHeartbeat:
+		c.mu.Lock()
+		_, running := c.procs[user]
+		c.mu.Unlock()
+		if !running {
+			// A replica stopping with SIGTERM still pushes what it holds:
+			// kill a worker that is not on its way out, at a later push.
+			c.carry(f)
+			return true
+		}
+	}
+	switch f {
 	case faultKillHeld:
 		c.count(f, c.kill(user))
 		http.Error(w, "worker killed while its push was held", http.StatusBadGateway)
@@ -237,6 +307,26 @@ func (c *chaos) hook(w http.ResponseWriter, r *http.Request) bool {
 		c.injected[f]++
 		c.mu.Unlock()
 		http.Redirect(w, r, strings.Replace(r.URL.Path, "/"+repoName+"/", "/"+renamedTo+"/", 1), http.StatusMovedPermanently)
+		return false
+	case faultKillHeartbeat:
+		// Hold the push until the worker's heartbeat was killed, or the
+		// worker gave the push up (then the fault did not happen).
+		beaten := make(chan struct{})
+		c.mu.Lock()
+		c.heartbeat, c.beaten = user, beaten
+		c.mu.Unlock()
+		select {
+		case <-beaten:
+		case <-r.Context().Done():
+			c.mu.Lock()
+			missed := c.heartbeat == user // still armed: no heartbeat came
+			c.heartbeat = ""
+			c.mu.Unlock()
+			if missed {
+				c.count(f, false)
+			}
+		}
+		http.Error(w, "held until the heartbeat", http.StatusBadGateway)
 		return false
 	case faultReplicaStart:
 		c.count(f, true)
@@ -272,7 +362,7 @@ func (c *chaos) hook(w http.ResponseWriter, r *http.Request) bool {
 			select {
 			case <-r.Context().Done():
 				c.count(faultStall, true)
-			case <-time.After(12 * time.Second):
+			case <-time.After(30 * time.Second):
 				c.count(faultStall, false)
 			}
 			return false

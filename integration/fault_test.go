@@ -73,7 +73,7 @@ func TestFaultRun(t *testing.T) {
 	// holds; they take at most two messages per push, so phase 1 alone (240
 	// onboardings) needs at least 120 pushes and every planned fault below
 	// is reached on any machine, at any send rate.
-	env := []string{"GIT_TIMEOUT=4s", "SQS_VISIBILITY_TIMEOUT=5s", "PUSH_ATTEMPTS=30", "SQS_MAX_MESSAGES=2", "MAX_BATCH=2"}
+	env := []string{"GIT_TIMEOUT=8s", "SQS_VISIBILITY_TIMEOUT=5s", "PUSH_ATTEMPTS=30", "SQS_MAX_MESSAGES=2", "MAX_BATCH=2"}
 	if n := os.Getenv("GOMAXPROCS"); n != "" {
 		env = append(env, "GOMAXPROCS="+n)
 	}
