@@ -2,6 +2,7 @@ package integration
 
 import (
 	"bytes"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
@@ -107,11 +108,13 @@ type chaos struct {
 	heartbeat string
 	beaten    chan struct{}
 	sqsProxy  *httptest.Server
-	injected  map[fault]int
-	observed  map[fault]int
-	wg        sync.WaitGroup
-	stopping  bool
-	errs      []error
+	// kills are the messages each SIGKILL left in hand, and when.
+	kills    []killed
+	injected map[fault]int
+	observed map[fault]int
+	wg       sync.WaitGroup
+	stopping bool
+	errs     []error
 }
 
 func newChaos(h *harness, logs *syncBuffer, env []string) *chaos {
@@ -231,10 +234,50 @@ func (c *chaos) kill(user string) bool {
 	if p == nil {
 		return false
 	}
+	var addr string
+	for _, l := range p.logs.lines("message", "serving the status page, /api/runs, /metrics, /healthz and /readyz") {
+		addr = fmt.Sprint(l["addr"])
+	}
+	held := inHandAt(addr)
+	c.mu.Lock()
+	c.kills = append(c.kills, killed{ids: held, at: time.Now()})
+	c.mu.Unlock()
 	_ = p.cmd.Process.Kill()
 	_, exited := p.stopped(10 * time.Second)
 	c.background(func() error { return c.spawn(replica) })
 	return exited
+}
+
+// killed is what one SIGKILL left in hand.
+type killed struct {
+	ids []string
+	at  time.Time
+}
+
+// recovery measures how soon the messages a SIGKILL left in hand were
+// handled again by another worker (from the log lines' times, to the
+// second): the most it took, and how many messages.
+func (c *chaos) recovery(logs *syncBuffer) (longest time.Duration, messages int) {
+	c.mu.Lock()
+	kills := slices.Clone(c.kills)
+	c.mu.Unlock()
+	final := map[string]bool{"tenant change pushed": true, "already carried out; nothing to push": true,
+		"already carried out; recorded in the ledger": true, "already applied by an earlier delivery of this message": true,
+		staleLine: true, "message rejected": true}
+	for _, k := range kills {
+		for _, id := range k.ids {
+			for _, l := range logs.lines("message_id", id) {
+				at, err := time.Parse(time.RFC3339, fmt.Sprint(l["time"]))
+				if err != nil || !final[fmt.Sprint(l["message"])] || at.Before(k.at.Truncate(time.Second)) {
+					continue
+				}
+				longest = max(longest, at.Sub(k.at))
+				messages++
+				break
+			}
+		}
+	}
+	return longest, messages
 }
 
 // hook sees every request to the git server.
@@ -454,4 +497,27 @@ func (c *chaos) check(t *testing.T) {
 			t.Errorf("fault %s: planned %d, injected %d, observed %d", f, n, c.injected[f], c.observed[f])
 		}
 	}
+}
+
+// inHandAt lists the messages the worker serving addr holds (its status
+// API's runs in flight).
+func inHandAt(addr string) []string {
+	resp, err := http.Get("http://" + addr + "/api/runs")
+	if err != nil {
+		return nil
+	}
+	defer resp.Body.Close()
+	var st struct {
+		InFlight []struct {
+			MessageID string `json:"message_id"`
+		} `json:"in_flight"`
+	}
+	if json.NewDecoder(resp.Body).Decode(&st) != nil {
+		return nil
+	}
+	var ids []string
+	for _, r := range st.InFlight {
+		ids = append(ids, r.MessageID)
+	}
+	return ids
 }

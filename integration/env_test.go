@@ -13,6 +13,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -267,27 +268,7 @@ func (h *harness) finished(id string) bool {
 func (h *harness) inFlight(id string) bool { return inFlightAt(h.httpAddr, id) }
 
 // inFlightAt is inFlight for the worker serving addr.
-func inFlightAt(addr, id string) bool {
-	resp, err := http.Get("http://" + addr + "/api/runs")
-	if err != nil {
-		return false
-	}
-	defer resp.Body.Close()
-	var st struct {
-		InFlight []struct {
-			MessageID string `json:"message_id"`
-		} `json:"in_flight"`
-	}
-	if json.NewDecoder(resp.Body).Decode(&st) != nil {
-		return false
-	}
-	for _, r := range st.InFlight {
-		if r.MessageID == id {
-			return true
-		}
-	}
-	return false
-}
+func inFlightAt(addr, id string) bool { return slices.Contains(inHandAt(addr), id) }
 
 // staleLine is the worker's log message for a stale message.
 const staleLine = "stale: sent before the last change applied to what it names; nothing to do"

@@ -247,11 +247,14 @@ func TestFaultRun(t *testing.T) {
 			}
 		}
 	}
+	longest, recovered := c.recovery(logs)
 	t.Logf("fault run: %d messages sent: %d applied (one commit each), %d no-ops or stale, %d rejected and dead-lettered, 0 lost; "+
 		"%d redeliveries recognised by the ledger; %d stale; %d unrelated commits by another writer; %d pushes by workers; %d lost push races; "+
-		"%d transient failures retried through SQS; faults injected/observed: %s",
+		"%d transient failures retried through SQS; crash recovery: the %d messages in hand at SIGKILLs handled again within %s "+
+		"(SQS_VISIBILITY_TIMEOUT 5s); faults injected/observed: %s",
 		len(want), applied, len(want)-applied-rejected, rejected, counts["redelivered"], counts["stale"], writes.Load(), c.pushes.Load(),
-		strings.Count(logs.String(), "push lost a race"), strings.Count(logs.String(), "message failed; SQS will redeliver it"), c.report())
+		strings.Count(logs.String(), "push lost a race"), strings.Count(logs.String(), "message failed; SQS will redeliver it"),
+		recovered, longest.Round(time.Second), c.report())
 	c.check(t)
 	if counts["redelivered"] < 1 {
 		t.Errorf("no redelivery was recognised as already applied, although workers were killed after the branch moved")

@@ -196,7 +196,7 @@ func Run(ctx context.Context, c Config) error {
 	consumers := make([]*queue.Consumer, len(queues))
 	for i, q := range queues {
 		kind := message.Kinds[i]
-		m.InitQueue(q.Name)
+		m.InitQueue(q.Name, worker.Outcomes)
 		rec.AddQueue(q.Name)
 		log.Info().Str("queue", q.Name).Str("url", q.URL).Str("dead_letter_queue", q.DeadLetterURL).
 			Dur("retention", q.Retention).Str("kind", string(kind)).Msg("consuming queue")

@@ -13,15 +13,6 @@ import (
 	"github.com/tenant-worker/tenant-worker/internal/reject"
 )
 
-// Outcomes of a message, the values of the "outcome" label.
-const (
-	OutcomeApplied  = "applied"  // a commit was pushed
-	OutcomeNoop     = "noop"     // already carried out; nothing to push
-	OutcomeRejected = "rejected" // a bad message: dead-lettered or deleted
-	OutcomeRetry    = "retry"    // a transient failure: left for redelivery
-	OutcomeStale    = "stale"    // sent before the last change applied to what it names: changes nothing
-)
-
 // Metrics holds every metric the worker records.
 type Metrics struct {
 	Messages        *prometheus.CounterVec
@@ -146,9 +137,10 @@ func New(reg prometheus.Registerer) *Metrics {
 }
 
 // InitQueue creates the label sets of a queue, so dashboards see zeros
-// rather than gaps before its first message.
-func (m *Metrics) InitQueue(queue string) {
-	for _, o := range []string{OutcomeApplied, OutcomeNoop, OutcomeRejected, OutcomeRetry, OutcomeStale} {
+// rather than gaps before its first message. outcomes are the values the
+// worker gives the "outcome" label.
+func (m *Metrics) InitQueue(queue string, outcomes []string) {
+	for _, o := range outcomes {
 		m.Messages.WithLabelValues(queue, o)
 		m.MessageDuration.WithLabelValues(queue, o)
 	}

@@ -26,8 +26,13 @@ func (b *batch) sync(ctx context.Context) error {
 }
 
 // applyJob renders, commits and validates one job on top of the batch's tip.
-func (b *batch) applyJob(_ context.Context, i int) {
+func (b *batch) applyJob(ctx context.Context, i int) {
 	job, res := b.jobs[i], &b.results[i]
+	if err := context.Cause(ctx); err != nil {
+		// Shutdown's grace ran out: leave the rest for redelivery.
+		res.Err = fmt.Errorf("not started: %w", err)
+		return
+	}
 	before, err := b.p.repo.Snapshot(b.tip)
 	if err != nil {
 		res.Err = fmt.Errorf("open %s: %w", b.tip, err)

@@ -23,6 +23,19 @@ import (
 	"github.com/tenant-worker/tenant-worker/internal/runs"
 )
 
+// Outcomes of a message, the values of the "outcome" label of the metrics,
+// of result events and of the run history.
+const (
+	OutcomeApplied  = "applied"  // a commit was pushed
+	OutcomeNoop     = "noop"     // already carried out (perhaps recorded in the ledger)
+	OutcomeStale    = "stale"    // sent before the last change applied to what it names: changes nothing
+	OutcomeRejected = "rejected" // a bad message: dead-lettered or deleted
+	OutcomeRetry    = "retry"    // not finished: left for redelivery
+)
+
+// Outcomes lists every outcome.
+var Outcomes = []string{OutcomeApplied, OutcomeNoop, OutcomeStale, OutcomeRejected, OutcomeRetry}
+
 // Applier carries out jobs; *pipeline.Pipeline is one.
 type Applier interface {
 	Apply(ctx context.Context, jobs []pipeline.Job) []pipeline.Result
@@ -150,7 +163,7 @@ func (w *Worker) finish(ctx context.Context, log zerolog.Logger, queueName strin
 		r := &d.run
 		r.Outcome, r.Reason, r.Error, r.Finished = d.outcome, d.settle.Reason, d.settle.Detail, finished
 		w.runs.Finish(*r)
-		if d.outcome != metrics.OutcomeRetry {
+		if d.outcome != OutcomeRetry {
 			events = append(events, results.Event{
 				MessageID: r.MessageID, Queue: queueName, Kind: r.Kind, TenantID: r.Tenant, Tier: r.Tier,
 				Outcome: r.Outcome, Reason: r.Reason, Error: r.Error, CommitSHA: r.Commit,
@@ -186,7 +199,7 @@ func (w *Worker) settled(d *delivery, queueName string, res pipeline.Result) (st
 			job := *d.job
 			w.gate.Close(cause, res.Err, func(ctx context.Context) error { return w.applier.Probe(ctx, job) })
 			log.Error().Err(res.Err).Str("pause", string(cause)).Msg("message failed; SQS will redeliver it")
-			return metrics.OutcomeRetry, queue.Disposition{Action: queue.Release, Detail: res.Err.Error()}
+			return OutcomeRetry, queue.Disposition{Action: queue.Release, Detail: res.Err.Error()}
 		}
 		return w.failed(log, queueName, res.Err)
 	}
@@ -195,19 +208,19 @@ func (w *Worker) settled(d *delivery, queueName string, res pipeline.Result) (st
 	switch {
 	case res.Duplicate:
 		ev.Msg("already applied by an earlier delivery of this message")
-		return metrics.OutcomeNoop, queue.Disposition{Action: queue.Ack}
+		return OutcomeNoop, queue.Disposition{Action: queue.Ack}
 	case res.Stale:
 		ev.Time("sent_at", m.SentAt).Msg("stale: sent before the last change applied to what it names; nothing to do")
-		return metrics.OutcomeStale, queue.Disposition{Action: queue.Ack}
+		return OutcomeStale, queue.Disposition{Action: queue.Ack}
 	case res.Recorded && res.Applied:
 		ev.Str("commit_message", res.Message).Msg("already carried out; recorded in the ledger")
-		return metrics.OutcomeNoop, queue.Disposition{Action: queue.Ack}
+		return OutcomeNoop, queue.Disposition{Action: queue.Ack}
 	case !res.Applied:
 		ev.Msg("already carried out; nothing to push")
-		return metrics.OutcomeNoop, queue.Disposition{Action: queue.Ack}
+		return OutcomeNoop, queue.Disposition{Action: queue.Ack}
 	default:
 		ev.Str("commit_message", res.Message).Msg("tenant change pushed")
-		return metrics.OutcomeApplied, queue.Disposition{Action: queue.Ack}
+		return OutcomeApplied, queue.Disposition{Action: queue.Ack}
 	}
 }
 
@@ -231,14 +244,14 @@ func (w *Worker) failed(log zerolog.Logger, queueName string, err error) (string
 	if r, ok := reject.As(err); ok {
 		w.metrics.Rejections.WithLabelValues(queueName, string(r.Reason)).Inc()
 		log.Warn().Str("reason", string(r.Reason)).Err(r.Err).Msg("message rejected")
-		return metrics.OutcomeRejected, queue.Disposition{Action: queue.Reject, Reason: string(r.Reason), Detail: r.Err.Error()}
+		return OutcomeRejected, queue.Disposition{Action: queue.Reject, Reason: string(r.Reason), Detail: r.Err.Error()}
 	}
 	if errors.Is(err, pipeline.ErrSkipped) {
 		log.Info().Msg("held back behind a failed message of its group")
-		return metrics.OutcomeRetry, queue.Disposition{Action: queue.Release, Detail: err.Error()}
+		return OutcomeRetry, queue.Disposition{Action: queue.Release, Detail: err.Error()}
 	}
 	log.Error().Err(err).Msg("message failed; SQS will redeliver it")
-	return metrics.OutcomeRetry, queue.Disposition{Action: queue.Retry, Detail: err.Error()}
+	return OutcomeRetry, queue.Disposition{Action: queue.Retry, Detail: err.Error()}
 }
 
 func sentOrNow(m queue.Message) time.Time {

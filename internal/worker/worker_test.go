@@ -107,8 +107,8 @@ func TestHandlerSettlesEachOutcome(t *testing.T) {
 	if fmt.Sprint(g.causes) != "[repository_broken git_unreachable git_credentials]" || len(a.probed) != 3 {
 		t.Errorf("gate closed for %v, probes %d", g.causes, len(a.probed))
 	}
-	for outcome, n := range map[string]float64{metrics.OutcomeApplied: 1, metrics.OutcomeNoop: 3, metrics.OutcomeStale: 1,
-		metrics.OutcomeRejected: 2, metrics.OutcomeRetry: 5} {
+	for outcome, n := range map[string]float64{OutcomeApplied: 1, OutcomeNoop: 3, OutcomeStale: 1,
+		OutcomeRejected: 2, OutcomeRetry: 5} {
 		if got := testutil.ToFloat64(m.Messages.WithLabelValues("q", outcome)); got != n {
 			t.Errorf("messages{outcome=%s} = %v, want %v", outcome, got, n)
 		}
