@@ -114,26 +114,31 @@ type Pipeline struct {
 
 // New builds a pipeline.
 func New(repo Repository, opts Options) *Pipeline {
-	if opts.MaxAttempts <= 0 {
-		opts.MaxAttempts = 5
-	}
-	if opts.RetryDelay <= 0 {
-		opts.RetryDelay = 20 * time.Millisecond
-	}
-	if opts.Retention <= 0 {
-		opts.Retention = 14 * 24 * time.Hour // the most SQS keeps a message
-	}
-	observe := opts.Observer
-	if observe == nil {
-		observe = nopObserver{}
-	}
+	opts = opts.withDefaults()
 	return &Pipeline{
 		repo:    repo,
 		opts:    opts,
 		checker: validate.NewChecker(opts.Layout),
-		observe: observe,
+		observe: opts.Observer,
 		lock:    make(chan struct{}, 1),
 	}
+}
+
+// withDefaults fills in what o leaves unset, in one place.
+func (o Options) withDefaults() Options {
+	if o.MaxAttempts <= 0 {
+		o.MaxAttempts = 5
+	}
+	if o.RetryDelay <= 0 {
+		o.RetryDelay = 20 * time.Millisecond
+	}
+	if o.Retention <= 0 {
+		o.Retention = 14 * 24 * time.Hour // the most SQS keeps a message
+	}
+	if o.Observer == nil {
+		o.Observer = nopObserver{}
+	}
+	return o
 }
 
 // ApplyOne carries out a single request.

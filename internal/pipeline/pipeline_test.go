@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/go-git/go-git/v5/plumbing"
+
 	"github.com/tenant-worker/tenant-worker/internal/gitops"
 	"github.com/tenant-worker/tenant-worker/internal/gitrepo"
 	"github.com/tenant-worker/tenant-worker/internal/message"
@@ -368,5 +370,45 @@ func TestBatchFindsTheJobThatBreaksTheBuild(t *testing.T) {
 	}
 	if show(t, e, "tenants/basic/b1.yaml") != "<absent>" || show(t, e, "tenants/premium/p2.yaml") == "<absent>" {
 		t.Fatal("wrong tree")
+	}
+}
+
+// failingPush is a Repository whose pushes fail: an in-memory clone of a
+// real repository with Push replaced.
+type failingPush struct {
+	Repository
+	pushes int
+}
+
+func (f *failingPush) Push(context.Context, plumbing.Hash, plumbing.Hash) error {
+	f.pushes++
+	return errors.New("push refused by the fake")
+}
+
+// TestFailedPushVoidsWhatWasDecidedOnIt: decisions taken on the remote head
+// stand, decisions taken on top of commits that were never pushed do not.
+func TestFailedPushVoidsWhatWasDecidedOnIt(t *testing.T) {
+	e := setup(t)
+	repo := &failingPush{Repository: e.p.repo}
+	p := New(repo, Options{Layout: gitops.Layout{Root: templates.Root}})
+	res := p.Apply(context.Background(), []Job{
+		{Request: decode(t, message.Offboarding, `{"tenant_id":"ghost","tenant_tier":"basic"}`)}, // no-op on the remote head
+		{Request: onboard(t, "v1", "basic")},                                                     // a commit, never pushed
+		{Request: onboard(t, "v1", "basic")},                                                     // a no-op only on top of it
+		{Request: onboard(t, "v1", "premium")},                                                   // refused only on top of it
+	})
+	if repo.pushes != 1 {
+		t.Fatalf("%d pushes, want 1", repo.pushes)
+	}
+	if res[0].Err != nil || res[0].Applied {
+		t.Errorf("a no-op on the remote head must stand: %+v", res[0])
+	}
+	for i := 1; i < 4; i++ {
+		if res[i].Err == nil || res[i].Applied {
+			t.Errorf("job %d was decided on an unpushed commit and must be void: %+v", i, res[i])
+		}
+		if _, rejected := reject.As(res[i].Err); rejected {
+			t.Errorf("job %d: a refusal decided on an unpushed commit stands: %v", i, res[i].Err)
+		}
 	}
 }

@@ -99,31 +99,39 @@ type Consumer struct {
 
 // NewConsumer builds a consumer of q.
 func NewConsumer(api API, q *Queue, h Handler, opts Options, observe Observer) *Consumer {
-	if opts.WaitTime < 0 || opts.WaitTime > 20*time.Second {
-		opts.WaitTime = 20 * time.Second
-	}
-	if opts.MaxMessages <= 0 || opts.MaxMessages > 10 {
-		opts.MaxMessages = 10
-	}
-	if opts.MaxBatch < opts.MaxMessages {
-		opts.MaxBatch = max(opts.MaxMessages, 50)
-	}
-	if opts.VisibilityTimeout <= 0 {
-		opts.VisibilityTimeout = q.VisibilityTimeout
-	}
-	if opts.VisibilityTimeout <= 0 {
-		opts.VisibilityTimeout = 30 * time.Second // SQS's own default
-	}
-	if opts.RetryDelay <= 0 {
-		opts.RetryDelay = 10 * time.Second
-	}
-	if opts.MaxRetryDelay < opts.RetryDelay {
-		opts.MaxRetryDelay = max(opts.RetryDelay, 15*time.Minute)
-	}
 	if observe == nil {
 		observe = func(string, error) {}
 	}
-	return &Consumer{api: api, queue: q, handle: h, opts: opts, observe: observe}
+	return &Consumer{api: api, queue: q, handle: h, opts: opts.withDefaults(q), observe: observe}
+}
+
+// withDefaults fills in what o leaves unset (or sets out of range), in one
+// place: SQS's limits, the queue's own visibility timeout, the retry
+// delays. The worker's settings are checked, with clear errors, in
+// config.Options.Validate; these defaults serve other callers.
+func (o Options) withDefaults(q *Queue) Options {
+	if o.WaitTime < 0 || o.WaitTime > 20*time.Second {
+		o.WaitTime = 20 * time.Second
+	}
+	if o.MaxMessages <= 0 || o.MaxMessages > 10 {
+		o.MaxMessages = 10
+	}
+	if o.MaxBatch < o.MaxMessages {
+		o.MaxBatch = max(o.MaxMessages, 50)
+	}
+	if o.VisibilityTimeout <= 0 {
+		o.VisibilityTimeout = q.VisibilityTimeout
+	}
+	if o.VisibilityTimeout <= 0 {
+		o.VisibilityTimeout = 30 * time.Second // SQS's own default
+	}
+	if o.RetryDelay <= 0 {
+		o.RetryDelay = 10 * time.Second
+	}
+	if o.MaxRetryDelay < o.RetryDelay {
+		o.MaxRetryDelay = max(o.RetryDelay, 15*time.Minute)
+	}
+	return o
 }
 
 // Run receives and handles messages until ctx is done, then returns once
