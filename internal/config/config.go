@@ -9,7 +9,6 @@ import (
 	"flag"
 	"fmt"
 	"net/url"
-	"os"
 	"strconv"
 	"strings"
 	"time"
@@ -260,22 +259,6 @@ func (o *Options) Credentials(onSecret func(string)) (credentials.Provider, erro
 		return credentials.Static(o.GitUsername, tok), nil
 	}
 	return credentials.File(o.GitUsername, o.GitTokenFile, onSecret)
-}
-
-// Token returns the git token from GIT_TOKEN or the file GIT_TOKEN_FILE.
-func (o *Options) Token() (string, error) {
-	if o.GitTokenFile == "" {
-		return strings.TrimSpace(o.GitToken), nil
-	}
-	b, err := os.ReadFile(o.GitTokenFile)
-	if err != nil {
-		return "", fmt.Errorf("read GIT_TOKEN_FILE: %w", err)
-	}
-	tok := strings.TrimSpace(string(b))
-	if tok == "" {
-		return "", fmt.Errorf("GIT_TOKEN_FILE %s is empty", o.GitTokenFile)
-	}
-	return tok, nil
 }
 
 // repoURLErrors checks GIT_REPO_URL.

@@ -2,6 +2,7 @@ package config
 
 import (
 	"flag"
+	githttp "github.com/go-git/go-git/v5/plumbing/transport/http"
 	"io"
 	"os"
 	"path/filepath"
@@ -63,22 +64,32 @@ func TestValidateReportsEverything(t *testing.T) {
 	}
 }
 
-func TestToken(t *testing.T) {
+func TestCredentials(t *testing.T) {
 	f := filepath.Join(t.TempDir(), "token")
 	if err := os.WriteFile(f, []byte("abc123\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	o := Options{GitTokenFile: f}
-	if tok, err := o.Token(); err != nil || tok != "abc123" {
-		t.Fatalf("Token = %q, %v", tok, err)
+	token := func(o Options) (string, []string, error) {
+		var seen []string
+		creds, err := o.Credentials(func(s string) { seen = append(seen, s) })
+		if err != nil {
+			return "", seen, err
+		}
+		auth, err := creds.Auth()
+		if err != nil || auth == nil {
+			return "", seen, err
+		}
+		return auth.(*githttp.BasicAuth).Password, seen, nil
 	}
-	o = Options{GitToken: " env-token "}
-	if tok, _ := o.Token(); tok != "env-token" {
-		t.Fatalf("Token = %q", tok)
+	if tok, seen, err := token(Options{GitTokenFile: f}); err != nil || tok != "abc123" || len(seen) != 1 || seen[0] != "abc123" {
+		t.Fatalf("token file: %q %v %v", tok, seen, err)
+	}
+	if tok, _, _ := token(Options{GitToken: " env-token "}); tok != "env-token" {
+		t.Fatalf("GIT_TOKEN: %q", tok)
 	}
 	empty := filepath.Join(t.TempDir(), "empty")
 	_ = os.WriteFile(empty, nil, 0o600)
-	if _, err := (&Options{GitTokenFile: empty}).Token(); err == nil {
+	if _, _, err := token(Options{GitTokenFile: empty}); err == nil {
 		t.Fatal("empty token file accepted")
 	}
 }
