@@ -282,6 +282,9 @@ func (p *planner) onboard(req message.Request) error {
 		if err != nil {
 			return fmt.Errorf("%w: render %s: %v", ErrBroken, p.TenantTemplate(req.Tier), err)
 		}
+		if err := p.checkCollisions(req.TenantID, out); err != nil {
+			return err
+		}
 		p.files[p.TenantFile(req.Tier, req.TenantID)] = out
 	}
 	if !state.listed {

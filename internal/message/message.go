@@ -220,6 +220,10 @@ func ValidateTenantID(id string) error {
 			"tenant_id %s must be lower-case letters, digits and '-', starting and ending with a letter or digit", quote(id))
 	case reservedIDs[id]:
 		return reject.Errorf(reject.ReservedTenant, "tenant_id %q is reserved", id)
+	case id == "default" || id == "flux-system" || strings.HasPrefix(id, "kube-"):
+		// The namespaces every cluster has, and Flux's own: a tenant's
+		// Namespace there would be Flux's to prune at offboarding.
+		return reject.Errorf(reject.ReservedTenant, "tenant_id %q is a namespace the cluster itself uses", id)
 	}
 	return nil
 }

@@ -27,12 +27,15 @@ const (
 	TenantNotFound  Reason = "tenant_not_found"
 	InvalidRender   Reason = "invalid_render"
 	TooLarge        Reason = "too_large"
+	// NameCollision: the tenant's objects would share kind, namespace and
+	// name with an object the platform declares outside the tier folders.
+	NameCollision Reason = "name_collision"
 )
 
 // Reasons lists every reason, for pre-initialising metrics.
 var Reasons = []Reason{
 	InvalidJSON, MissingField, InvalidField, InvalidTenantID, ReservedTenant, UnknownTier,
-	InvalidVersion, TierConflict, TenantNotFound, InvalidRender, TooLarge,
+	InvalidVersion, TierConflict, TenantNotFound, InvalidRender, TooLarge, NameCollision,
 }
 
 // Error is a terminal rejection of a message.

@@ -1,0 +1,130 @@
+package gitops
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"path"
+	"regexp"
+	"slices"
+	"strings"
+
+	"sigs.k8s.io/yaml"
+
+	"github.com/tenant-worker/tenant-worker/internal/reject"
+)
+
+// object names a Kubernetes object as it is applied: kind, namespace (empty
+// for cluster-scoped kinds, or when the file leaves it to its
+// Kustomization) and name.
+type object struct{ kind, namespace, name string }
+
+func (o object) String() string {
+	if o.namespace == "" {
+		return o.kind + "/" + o.name
+	}
+	return o.kind + " " + o.namespace + "/" + o.name
+}
+
+var docSeparator = regexp.MustCompile(`(?m)^---[ \t]*(#.*)?$`)
+
+// objects lists the objects the YAML documents of content declare;
+// documents that are not Kubernetes objects are passed over.
+func objects(content []byte) []object {
+	var out []object
+	for _, doc := range docSeparator.Split(string(content), -1) {
+		var meta struct {
+			Kind     string `json:"kind"`
+			Metadata struct {
+				Name      string `json:"name"`
+				Namespace string `json:"namespace"`
+			} `json:"metadata"`
+		}
+		if yaml.Unmarshal([]byte(doc), &meta) != nil || meta.Kind == "" || meta.Metadata.Name == "" {
+			continue
+		}
+		out = append(out, object{meta.Kind, meta.Metadata.Namespace, meta.Metadata.Name})
+	}
+	return out
+}
+
+// declared walks the whole repository except the tier folders, the
+// templates and the ledger, and returns every object its YAML files
+// declare, with the file that declares it. What the platform declares is
+// read from the tree each time: no list of its names is built in.
+func (l Layout) declared(r Reader, tiers []string) (map[object]string, error) {
+	skip := map[string]bool{l.TemplatesDir(): true, path.Join(l.Root, ".tenant-worker"): true}
+	for _, t := range tiers {
+		skip[l.TierDir(t)] = true
+	}
+	found := map[object]string{}
+	var walk func(dir string) error
+	walk = func(dir string) error {
+		list := dir
+		if list == "" {
+			list = "."
+		}
+		names, err := r.ReadDir(list)
+		if err != nil {
+			return err
+		}
+		for _, n := range names {
+			name := path.Join(dir, n)
+			if skip[name] {
+				continue
+			}
+			if strings.HasSuffix(n, ".yaml") || strings.HasSuffix(n, ".yml") {
+				content, err := r.ReadFile(name)
+				if errors.Is(err, fs.ErrNotExist) {
+					continue // a folder named like a file
+				}
+				if err != nil {
+					return fmt.Errorf("read %s: %w", name, err)
+				}
+				for _, o := range objects(content) {
+					if _, ok := found[o]; !ok {
+						found[o] = name
+					}
+				}
+				continue
+			}
+			if err := walk(name); err != nil && !errors.Is(err, fs.ErrNotExist) {
+				return err
+			}
+		}
+		return nil
+	}
+	if err := walk(""); err != nil {
+		return nil, fmt.Errorf("read what the platform declares: %w", err)
+	}
+	return found, nil
+}
+
+// checkCollisions refuses a tenant whose rendered file would declare an
+// object that the rest of the repository declares (same kind, namespace
+// and name), or a Namespace that the platform's objects live in: Flux
+// would apply both, and offboarding the tenant would let Flux prune what
+// the platform needs.
+func (p *planner) checkCollisions(id string, rendered []byte) error {
+	platform, err := p.declared(p.r, p.tiers)
+	if err != nil {
+		return err
+	}
+	namespaces := map[string]string{}
+	for o, file := range platform {
+		if o.namespace != "" {
+			namespaces[o.namespace] = file
+		}
+	}
+	mine := objects(rendered)
+	slices.SortFunc(mine, func(a, b object) int { return strings.Compare(a.String(), b.String()) })
+	for _, o := range mine {
+		if file, ok := platform[o]; ok {
+			return reject.Errorf(reject.NameCollision, "tenant %s would declare %s, which %s declares", id, o, file)
+		}
+		if file, ok := namespaces[o.name]; ok && o.kind == "Namespace" {
+			return reject.Errorf(reject.NameCollision, "tenant %s would declare Namespace %s, where %s puts the platform's objects", id, o.name, file)
+		}
+	}
+	return nil
+}
