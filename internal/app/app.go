@@ -108,7 +108,7 @@ func Run(ctx context.Context, c Config) error {
 			return fmt.Errorf("listen on HTTP_ADDR %s: %w", o.HTTPAddr, err)
 		}
 	}
-	ui := status.Handler(rec, status.Info{Repository: o.GitRepoURL, Branch: o.GitBranch, Version: c.Version})
+	ui := status.Handler(rec, status.Info{Repository: o.GitRepoURL, Branch: o.GitBranch, Version: c.Version, Outcomes: worker.Outcomes})
 	srv := httpserver.New(o.HTTPAddr, httpserver.Handler(reg, ready, ui))
 	go func() {
 		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {

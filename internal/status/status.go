@@ -31,6 +31,9 @@ type Info struct {
 	Version    string `json:"version"`
 	// Refresh is how often the page reloads itself.
 	Refresh time.Duration `json:"-"`
+	// Outcomes are the outcomes the page links to as filters: the
+	// worker's.
+	Outcomes []string `json:"-"`
 }
 
 //go:embed page.html
@@ -80,7 +83,7 @@ func Handler(rec *runs.Recorder, info Info) http.Handler {
 			RefreshSeconds int
 			Outcome        string
 			Outcomes       []string
-		}{info, s, int(info.Refresh.Seconds()), r.URL.Query().Get("outcome"), []string{"applied", "noop", "rejected", "retry"}})
+		}{info, s, int(info.Refresh.Seconds()), r.URL.Query().Get("outcome"), info.Outcomes})
 	})
 	return mux
 }
