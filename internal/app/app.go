@@ -218,7 +218,7 @@ func Run(ctx context.Context, c Config) error {
 				return
 			}
 			m.Probes.WithLabelValues(metrics.ProbeFailed).Inc()
-			rec.SetPause(&runs.Pause{Cause: string(f.Cause), Error: err.Error(), Since: f.Since, Probes: f.Probes + 1})
+			rec.SetPause(&runs.Pause{Cause: string(f.Cause), Error: err.Error(), Since: f.Since, Probes: f.Probes})
 			log.Info().Str("cause", string(f.Cause)).Err(err).Msg("still paused: the fault is still there")
 		})
 	})

@@ -149,6 +149,12 @@ func (g *Gate) Watch(ctx context.Context, b Backoff, onProbe func(f Fault, err e
 				break
 			}
 			err := f.probe(ctx)
+			if err != nil {
+				g.mu.Lock()
+				f.Probes++
+				f.Error = err.Error()
+				g.mu.Unlock()
+			}
 			if onProbe != nil {
 				onProbe(*f, err)
 			}
@@ -156,10 +162,6 @@ func (g *Gate) Watch(ctx context.Context, b Backoff, onProbe func(f Fault, err e
 				g.Open()
 				break
 			}
-			g.mu.Lock()
-			f.Probes++
-			f.Error = err.Error()
-			g.mu.Unlock()
 			delay = min(delay*2, b.Max)
 		}
 	}

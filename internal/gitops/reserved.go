@@ -28,11 +28,15 @@ func (o object) String() string {
 
 var docSeparator = regexp.MustCompile(`(?m)^---[ \t]*(#.*)?$`)
 
+// Documents splits a YAML stream at its "---" lines, as kustomize and Flux
+// read multi-document files.
+func Documents(content []byte) []string { return docSeparator.Split(string(content), -1) }
+
 // objects lists the objects the YAML documents of content declare;
 // documents that are not Kubernetes objects are passed over.
 func objects(content []byte) []object {
 	var out []object
-	for _, doc := range docSeparator.Split(string(content), -1) {
+	for _, doc := range Documents(content) {
 		var meta struct {
 			Kind     string `json:"kind"`
 			Metadata struct {

@@ -12,6 +12,7 @@ import (
 	"sigs.k8s.io/kustomize/kyaml/filesys"
 	"sigs.k8s.io/yaml"
 
+	"github.com/tenant-worker/tenant-worker/internal/gitops"
 	"github.com/tenant-worker/tenant-worker/internal/kustomization"
 )
 
@@ -99,7 +100,7 @@ func (c *ids) get(src Indexer, f resourceFile) ([]string, error) {
 // tells resources apart: group/version, kind, namespace and name.
 func resourceIDs(content []byte) ([]string, error) {
 	var out []string
-	for i, doc := range docSeparator.Split(string(content), -1) {
+	for i, doc := range gitops.Documents(content) {
 		if strings.TrimSpace(doc) == "" {
 			continue
 		}

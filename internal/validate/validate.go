@@ -8,7 +8,6 @@ import (
 	"errors"
 	"fmt"
 	"path"
-	"regexp"
 	"strings"
 	"sync"
 
@@ -168,12 +167,10 @@ func Build(src Source, dir string) error {
 	return nil
 }
 
-var docSeparator = regexp.MustCompile(`(?m)^---[ \t]*(#.*)?$`)
-
 // HelmReleases decodes every HelmRelease document in content strictly into
 // the helm-controller type of its apiVersion.
 func HelmReleases(content []byte) error {
-	for i, doc := range docSeparator.Split(string(content), -1) {
+	for i, doc := range gitops.Documents(content) {
 		if strings.TrimSpace(doc) == "" {
 			continue
 		}
