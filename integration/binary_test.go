@@ -1,12 +1,18 @@
 package integration
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
+	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
 	"os"
 	"os/exec"
+	"path"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -16,6 +22,7 @@ import (
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
+	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
 )
 
 var (
@@ -213,27 +220,107 @@ func TestShutdownReleasesWhatItCannotFinish(t *testing.T) {
 	}
 }
 
-// TestStopStrandsNothing: SIGTERM reaches a worker whose long polls are in
-// flight, and a message is sent right after. SQS may hand it to one of
-// those polls; the worker must make it visible again at once, so it is
-// received here well within its 120 s visibility timeout.
+// TestStopStrandsNothing: SIGTERM reaches a worker whose long poll on the
+// deployment queue is in flight, and a message is sent once the worker has
+// begun to shut down. SQS hands it to that poll; the worker must make it
+// visible again at once rather than work on it or leave it invisible for
+// its 120 s visibility timeout. An SQS tap between the worker and the
+// server says when the poll is in flight and proves it brought the message.
 func TestStopStrandsNothing(t *testing.T) {
 	h := newHarness(t, true)
-	p := h.startBinary("SQS_WAIT_TIME=20s", "SQS_VISIBILITY_TIMEOUT=120s", "SHUTDOWN_GRACE=30s")
+	tap := newReceiveTap(t, h.q.deployment)
+	p := h.startBinary("SQS_WAIT_TIME=20s", "SQS_VISIBILITY_TIMEOUT=120s", "SHUTDOWN_GRACE=30s",
+		"AWS_ENDPOINT_URL_SQS="+tap.URL)
+	select {
+	case <-tap.polling:
+	case <-time.After(20 * time.Second):
+		t.Fatalf("the worker never long-polled the deployment queue\n%s", p.logs.String())
+	}
 	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
+	h.waitFor("the worker to begin its shutdown", 20*time.Second, func() bool {
+		return strings.Contains(p.logs.String(), "shutting down")
+	})
 	id := h.send(h.q.deployment, `{"tenant_tier":"basic","release_version":"1.0"}`)
 	if err, ok := p.stopped(40 * time.Second); !ok || err != nil {
 		t.Fatalf("exit after SIGTERM: %v (exited: %v)\n%s", err, ok, p.logs.String())
 	}
+	if !tap.delivered(id) {
+		t.Fatalf("planned fault did not occur: SQS never handed %s to the worker's poll\n%s", id, p.logs.String())
+	}
 	out, err := h.api.ReceiveMessage(context.Background(), &sqs.ReceiveMessageInput{
 		QueueUrl: aws.String(h.q.deployment), WaitTimeSeconds: 10,
+		MessageSystemAttributeNames: []types.MessageSystemAttributeName{types.MessageSystemAttributeNameApproximateReceiveCount},
 	})
 	if err != nil || len(out.Messages) != 1 || aws.ToString(out.Messages[0].MessageId) != id {
-		t.Fatalf("the message sent after SIGTERM is not visible: %v %v\n%s", out, err, p.logs.String())
+		t.Fatalf("the message handed to the stopping worker is not visible again: %v %v\n%s", out, err, p.logs.String())
 	}
-	if strings.Contains(p.logs.String(), `"message_id":"`+id+`"`) && !strings.Contains(p.logs.String(), "stopped") {
-		t.Fatal("the worker worked on a message after SIGTERM")
+	if n := out.Messages[0].Attributes[string(types.MessageSystemAttributeNameApproximateReceiveCount)]; n != "2" {
+		t.Fatalf("receive count %s, want 2 (the worker's poll, then this one)", n)
 	}
+	if strings.Contains(p.logs.String(), `"message_id":"`+id+`"`) {
+		t.Fatalf("the worker worked on a message after SIGTERM\n%s", p.logs.String())
+	}
+}
+
+// receiveTap is a reverse proxy in front of SQS that watches one queue's
+// long polls: polling is closed when the first is in flight, and delivered
+// says whether a poll's answer carried a given message id.
+type receiveTap struct {
+	*httptest.Server
+	polling chan struct{}
+	once    sync.Once
+	mu      sync.Mutex
+	answers []byte
+}
+
+func newReceiveTap(t *testing.T, queueURL string) *receiveTap {
+	target, err := url.Parse(sqsEndpoint)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tap := &receiveTap{polling: make(chan struct{})}
+	proxy := httputil.NewSingleHostReverseProxy(target)
+	proxy.FlushInterval = -1
+	tap.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get("X-Amz-Target") != "AmazonSQS.ReceiveMessage" {
+			proxy.ServeHTTP(w, r)
+			return
+		}
+		body, err := io.ReadAll(r.Body)
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusBadGateway)
+			return
+		}
+		r.Body = io.NopCloser(bytes.NewReader(body))
+		var in struct {
+			QueueUrl        string
+			WaitTimeSeconds int
+		}
+		_ = json.Unmarshal(body, &in)
+		if !strings.HasSuffix(in.QueueUrl, path.Base(queueURL)) || in.WaitTimeSeconds == 0 {
+			proxy.ServeHTTP(w, r)
+			return
+		}
+		tap.once.Do(func() { close(tap.polling) })
+		rec := httptest.NewRecorder()
+		proxy.ServeHTTP(rec, r)
+		tap.mu.Lock()
+		tap.answers = append(tap.answers, rec.Body.Bytes()...)
+		tap.mu.Unlock()
+		for k, v := range rec.Header() {
+			w.Header()[k] = v
+		}
+		w.WriteHeader(rec.Code)
+		_, _ = w.Write(rec.Body.Bytes())
+	}))
+	t.Cleanup(tap.Close)
+	return tap
+}
+
+func (t *receiveTap) delivered(id string) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return bytes.Contains(t.answers, []byte(`"`+id+`"`))
 }
