@@ -30,6 +30,7 @@ import (
 	"github.com/tenant-worker/tenant-worker/internal/queue"
 	"github.com/tenant-worker/tenant-worker/internal/results"
 	"github.com/tenant-worker/tenant-worker/internal/runs"
+	"github.com/tenant-worker/tenant-worker/internal/signing"
 	"github.com/tenant-worker/tenant-worker/internal/status"
 	"github.com/tenant-worker/tenant-worker/internal/worker"
 )
@@ -48,6 +49,8 @@ type Config struct {
 	SQS queue.API
 	// Version is shown on the status page.
 	Version string
+	// Signer, if set, signs every commit the worker writes.
+	Signer signing.Signer
 }
 
 // Run runs the worker until ctx is done, then finishes the messages in hand
@@ -121,6 +124,9 @@ func Run(ctx context.Context, c Config) error {
 		_ = srv.Shutdown(sctx)
 	}()
 	log.Info().Str("addr", ln.Addr().String()).Msg("serving the status page, /api/runs, /metrics, /healthz and /readyz")
+	if c.Signer != nil {
+		log.Info().Str("format", string(c.Signer.Format())).Str("fingerprint", c.Signer.Fingerprint()).Msg("signing every commit")
+	}
 
 	var repo *gitrepo.Repo
 	err := retry(ctx, "open the GitOps repository", func() error {
@@ -130,6 +136,7 @@ func Run(ctx context.Context, c Config) error {
 			creds = credentials.Static(o.GitUsername, c.Token)
 		}
 		ro := RepoOptions(o, creds)
+		ro.Signer = c.Signer
 		ro.OnMoved = func(from, to string) {
 			log.Warn().Str("from", from).Str("to", to).Msg("the git server says the repository moved; using the new URL (update GIT_REPO_URL)")
 		}

@@ -95,6 +95,12 @@ func runCmd(args []string, stdout, stderr io.Writer, getenv func(string) string)
 		fmt.Fprintf(stderr, "tenant-worker run: %v\n", err)
 		return 2
 	}
+	// A key that does not load stops the worker before it takes a message.
+	signer, err := opts.Signer(redactor.Add)
+	if err != nil {
+		fmt.Fprintf(stderr, "tenant-worker run: %v\n", err)
+		return 2
+	}
 	log, err := logging.NewRedacted(redactor, opts.LogLevel, opts.LogFormat)
 	if err != nil {
 		fmt.Fprintf(stderr, "tenant-worker run: %v\n", err)
@@ -102,7 +108,7 @@ func runCmd(args []string, stdout, stderr io.Writer, getenv func(string) string)
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	if err := app.Run(ctx, app.Config{Options: opts, Credentials: creds, Logger: log, Version: Version()}); err != nil {
+	if err := app.Run(ctx, app.Config{Options: opts, Credentials: creds, Logger: log, Version: Version(), Signer: signer}); err != nil {
 		log.Error().Err(err).Msg("worker failed")
 		return 1
 	}

@@ -15,6 +15,7 @@ import (
 
 	"github.com/tenant-worker/tenant-worker/internal/credentials"
 	"github.com/tenant-worker/tenant-worker/internal/message"
+	"github.com/tenant-worker/tenant-worker/internal/signing"
 )
 
 // Options are the worker's settings.
@@ -28,6 +29,10 @@ type Options struct {
 	GitUsername    string
 	GitToken       string
 	GitTokenFile   string
+	// GitSigningKeyFile holds an armored OpenPGP or an OpenSSH private key;
+	// when set, every commit is signed with it.
+	GitSigningKeyFile        string
+	GitSigningPassphraseFile string
 	GitAuthorName  string
 	GitAuthorEmail string
 	GitopsRoot     string
@@ -143,6 +148,8 @@ func (o *Options) BindGroups(fs *flag.FlagSet, getenv func(string) string, group
 		str(&o.GitBranch, "git-branch", "GIT_BRANCH", "branch Flux watches")
 		str(&o.GitUsername, "git-username", "GIT_USERNAME", "user name sent with the token")
 		str(&o.GitTokenFile, "git-token-file", "GIT_TOKEN_FILE", "file holding the git token (or set GIT_TOKEN; there is no token flag)")
+		str(&o.GitSigningKeyFile, "git-signing-key-file", "GIT_SIGNING_KEY_FILE", "file holding an armored OpenPGP or an OpenSSH private key that signs every commit; empty signs none")
+		str(&o.GitSigningPassphraseFile, "git-signing-passphrase-file", "GIT_SIGNING_PASSPHRASE_FILE", "file holding the signing key's passphrase, if it is encrypted")
 		str(&o.GitAuthorName, "git-author-name", "GIT_AUTHOR_NAME", "commit author name")
 		str(&o.GitAuthorEmail, "git-author-email", "GIT_AUTHOR_EMAIL", "commit author email")
 		str(&o.GitopsRoot, "gitops-root", "GITOPS_ROOT", "folder of tier-templates/, tenants/ and pooled-envs/ in the repository")
@@ -211,6 +218,9 @@ func (o *Options) ValidateGroups(groups Group) error {
 	if o.GitToken != "" && o.GitTokenFile != "" {
 		errs = append(errs, errors.New("set GIT_TOKEN or GIT_TOKEN_FILE, not both"))
 	}
+	if o.GitSigningPassphraseFile != "" && o.GitSigningKeyFile == "" {
+		errs = append(errs, errors.New("GIT_SIGNING_PASSPHRASE_FILE is set without GIT_SIGNING_KEY_FILE"))
+	}
 	if strings.HasPrefix(o.GitopsRoot, "/") || strings.Contains("/"+o.GitopsRoot+"/", "/../") {
 		errs = append(errs, fmt.Errorf("GITOPS_ROOT %q must be a relative path inside the repository", o.GitopsRoot))
 	}
@@ -259,6 +269,19 @@ func (o *Options) Credentials(onSecret func(string)) (credentials.Provider, erro
 		return credentials.Static(o.GitUsername, tok), nil
 	}
 	return credentials.File(o.GitUsername, o.GitTokenFile, onSecret)
+}
+
+// Signer loads the key of GIT_SIGNING_KEY_FILE; nil when signing is off.
+// onSecret is called with the passphrase, if any.
+func (o *Options) Signer(onSecret func(string)) (signing.Signer, error) {
+	if o.GitSigningKeyFile == "" {
+		return nil, nil
+	}
+	s, err := signing.Load(o.GitSigningKeyFile, o.GitSigningPassphraseFile, onSecret)
+	if err != nil {
+		return nil, fmt.Errorf("GIT_SIGNING_KEY_FILE %s: %w", o.GitSigningKeyFile, err)
+	}
+	return s, nil
 }
 
 // repoURLErrors checks GIT_REPO_URL.

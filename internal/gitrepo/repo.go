@@ -7,6 +7,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"strings"
 	"sync"
@@ -25,6 +26,7 @@ import (
 	"github.com/go-git/go-git/v5/storage/memory"
 
 	"github.com/tenant-worker/tenant-worker/internal/credentials"
+	"github.com/tenant-worker/tenant-worker/internal/signing"
 )
 
 const remoteName = "origin"
@@ -46,6 +48,8 @@ type Options struct {
 	// OnMoved, if set, hears that the server redirected the repository
 	// from one URL to another (a rename), once per move.
 	OnMoved func(from, to string)
+	// Signer, if set, signs every commit written.
+	Signer signing.Signer
 	// WalkingPush uses go-git's own push, which walks the history to find
 	// the objects to send. Only the benchmark's floor measurement sets it.
 	WalkingPush bool
@@ -245,6 +249,11 @@ func (r *Repo) Commit(parent plumbing.Hash, files map[string][]byte, msg string)
 	}
 	sig := object.Signature{Name: r.opts.AuthorName, Email: r.opts.AuthorEmail, When: time.Now()}
 	c := &object.Commit{Author: sig, Committer: sig, Message: msg, TreeHash: tree, ParentHashes: parents}
+	if r.opts.Signer != nil {
+		if err := sign(c, r.opts.Signer); err != nil {
+			return plumbing.ZeroHash, err
+		}
+	}
 	obj := st.NewEncodedObject()
 	if err := c.Encode(obj); err != nil {
 		return plumbing.ZeroHash, fmt.Errorf("encode commit: %w", err)
@@ -303,4 +312,27 @@ func (r *Repo) Diff(from, to plumbing.Hash) (string, error) {
 		return "", fmt.Errorf("diff %s..%s: %w", from, to, err)
 	}
 	return p.String(), nil
+}
+
+// sign sets c's signature: s signs the commit as encoded without one, which
+// is what git's verifiers check.
+func sign(c *object.Commit, s signing.Signer) error {
+	unsigned := &plumbing.MemoryObject{}
+	if err := c.EncodeWithoutSignature(unsigned); err != nil {
+		return fmt.Errorf("encode commit for signing: %w", err)
+	}
+	rd, err := unsigned.Reader()
+	if err != nil {
+		return fmt.Errorf("encode commit for signing: %w", err)
+	}
+	payload, err := io.ReadAll(rd)
+	if err != nil {
+		return fmt.Errorf("encode commit for signing: %w", err)
+	}
+	sig, err := s.Sign(payload)
+	if err != nil {
+		return fmt.Errorf("sign commit: %w", err)
+	}
+	c.PGPSignature = string(sig)
+	return nil
 }
