@@ -64,6 +64,7 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzFilter$$' -fuzztime $(FUZZTIME) ./internal/kustomization/
 	$(GO) test -run '^$$' -fuzz '^FuzzDecodeTree$$' -fuzztime $(FUZZTIME) ./internal/gitrepo/
 	$(GO) test -run '^$$' -fuzz '^FuzzTreeDelta$$' -fuzztime $(FUZZTIME) ./internal/gitrepo/
+	$(GO) test -run '^$$' -fuzz '^FuzzString$$' -fuzztime $(FUZZTIME) ./internal/printable/
 
 vet:
 	$(GO) vet ./...

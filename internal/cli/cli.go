@@ -16,6 +16,8 @@ import (
 	"github.com/tenant-worker/tenant-worker/internal/app"
 	"github.com/tenant-worker/tenant-worker/internal/config"
 	"github.com/tenant-worker/tenant-worker/internal/logging"
+	"github.com/tenant-worker/tenant-worker/internal/printable"
+	"github.com/tenant-worker/tenant-worker/internal/redact"
 )
 
 const usage = `tenant-worker turns SQS tenant messages into GitOps commits.
@@ -35,6 +37,9 @@ Run "tenant-worker <command> --help" for a command's flags.
 
 // Main runs the command line and returns the exit code.
 func Main(args []string, stdout, stderr io.Writer, getenv func(string) string) int {
+	// Everything printed is blanked of secrets and made inert on a
+	// terminal: results and errors carry text from messages and servers.
+	stdout, stderr = printable.Writer(redact.Writer(stdout)), printable.Writer(redact.Writer(stderr))
 	if len(args) == 0 {
 		fmt.Fprint(stderr, usage)
 		return 2
@@ -88,20 +93,19 @@ func runCmd(args []string, stdout, stderr io.Writer, getenv func(string) string)
 		fmt.Fprintf(stderr, "tenant-worker run: invalid settings:\n%v\n", err)
 		return 2
 	}
-	// Every token read, now or after a rotation, is blanked in the logs.
-	redactor := logging.NewRedactor(stderr)
-	creds, err := opts.Credentials(redactor.Add)
+	// Every token read, now or after a rotation, is blanked on every surface.
+	creds, err := opts.Credentials(redact.Add)
 	if err != nil {
 		fmt.Fprintf(stderr, "tenant-worker run: %v\n", err)
 		return 2
 	}
 	// A key that does not load stops the worker before it takes a message.
-	signer, err := opts.Signer(redactor.Add)
+	signer, err := opts.Signer(redact.Add)
 	if err != nil {
 		fmt.Fprintf(stderr, "tenant-worker run: %v\n", err)
 		return 2
 	}
-	log, err := logging.NewRedacted(redactor, opts.LogLevel, opts.LogFormat)
+	log, err := logging.New(stderr, opts.LogLevel, opts.LogFormat)
 	if err != nil {
 		fmt.Fprintf(stderr, "tenant-worker run: %v\n", err)
 		return 2

@@ -15,6 +15,7 @@ import (
 	"github.com/tenant-worker/tenant-worker/internal/gitrepo"
 	"github.com/tenant-worker/tenant-worker/internal/pipeline"
 	"github.com/tenant-worker/tenant-worker/internal/progress"
+	"github.com/tenant-worker/tenant-worker/internal/redact"
 	"github.com/tenant-worker/tenant-worker/internal/reject"
 )
 
@@ -74,7 +75,7 @@ func openRepo(ctx context.Context, cmd string, opts config.Options, line *progre
 		fmt.Fprintf(stderr, "tenant-worker %s: invalid settings:\n%v\n", cmd, err)
 		return nil, 2
 	}
-	creds, err := opts.Credentials(nil)
+	creds, err := opts.Credentials(redact.Add)
 	if err != nil {
 		fmt.Fprintf(stderr, "tenant-worker %s: %v\n", cmd, err)
 		return nil, 2

@@ -24,21 +24,21 @@ type Options struct {
 	OffboardingQueue string
 	DeploymentQueue  string
 
-	GitRepoURL     string
-	GitBranch      string
-	GitUsername    string
-	GitToken       string
-	GitTokenFile   string
+	GitRepoURL   string
+	GitBranch    string
+	GitUsername  string
+	GitToken     string
+	GitTokenFile string
 	// GitSigningKeyFile holds an armored OpenPGP or an OpenSSH private key;
 	// when set, every commit is signed with it.
 	GitSigningKeyFile        string
 	GitSigningPassphraseFile string
-	GitAuthorName  string
-	GitAuthorEmail string
-	GitopsRoot     string
-	GitCloneDir    string
-	GitTimeout     time.Duration
-	PushAttempts   int
+	GitAuthorName            string
+	GitAuthorEmail           string
+	GitopsRoot               string
+	GitCloneDir              string
+	GitTimeout               time.Duration
+	PushAttempts             int
 
 	WaitTime          time.Duration
 	MaxMessages       int

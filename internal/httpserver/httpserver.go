@@ -9,6 +9,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/tenant-worker/tenant-worker/internal/redact"
 )
 
 // Paths served; the Helm chart's probes point at these.
@@ -19,13 +21,16 @@ const (
 )
 
 // Handler returns the endpoints. ready reports why the worker is not ready
-// yet, or nil once it is. ui, if not nil, serves every other path.
+// yet, or nil once it is. ui, if not nil, serves every other path. Every
+// response passes through redact: error texts on /readyz, the status page
+// and /api/runs come from git servers and messages.
 func Handler(g prometheus.Gatherer, ready func() error, ui http.Handler) http.Handler {
 	mux := http.NewServeMux()
 	if ui != nil {
 		mux.Handle("/", ui)
 	}
-	mux.Handle(MetricsPath, promhttp.HandlerFor(g, promhttp.HandlerOpts{}))
+	// Uncompressed, so that redact sees the text.
+	mux.Handle(MetricsPath, promhttp.HandlerFor(g, promhttp.HandlerOpts{DisableCompression: true}))
 	mux.HandleFunc(HealthPath, func(w http.ResponseWriter, _ *http.Request) {
 		_, _ = w.Write([]byte("ok\n"))
 	})
@@ -36,7 +41,7 @@ func Handler(g prometheus.Gatherer, ready func() error, ui http.Handler) http.Ha
 		}
 		_, _ = w.Write([]byte("ready\n"))
 	})
-	return mux
+	return redact.Handler(mux)
 }
 
 // New returns a server for addr with sane timeouts.

@@ -1,78 +1,36 @@
 // Package logging builds the worker's zerolog logger. Whatever it writes
-// passes through a redactor that blanks secrets (the git token), so no code
-// path, however careless, can print one.
+// passes through redact, which blanks secrets (the git token, the signing
+// key's passphrase, URL passwords), so no code path, however careless, can
+// print one; and through printable, so that text from a message cannot
+// act on the terminal that shows the log.
 package logging
 
 import (
-	"bytes"
 	"fmt"
 	"io"
-	"sync"
 	"time"
 
 	"github.com/rs/zerolog"
+
+	"github.com/tenant-worker/tenant-worker/internal/printable"
+	"github.com/tenant-worker/tenant-worker/internal/redact"
 )
 
 // New returns a logger writing to w at level, as "json" or "console",
-// with every occurrence of a secret replaced by "[REDACTED]".
+// with every secret replaced by redact.Mask. The secrets given are added
+// to redact's set; a secret read later (a rotated token) is added there.
 func New(w io.Writer, level, format string, secrets ...string) (zerolog.Logger, error) {
-	return NewRedacted(NewRedactor(w, secrets...), level, format)
-}
-
-// NewRedacted returns a logger writing through r, whose secrets may grow
-// while it runs (a rotated token).
-func NewRedacted(r *Redactor, level, format string) (zerolog.Logger, error) {
+	for _, s := range secrets {
+		redact.Add(s)
+	}
 	lvl, err := zerolog.ParseLevel(level)
 	if err != nil || level == "" {
 		return zerolog.Nop(), fmt.Errorf("LOG_LEVEL %q: want debug, info, warn or error", level)
 	}
-	var w io.Writer = r
+	out := printable.Writer(redact.Writer(w))
 	if format == "console" {
-		w = zerolog.ConsoleWriter{Out: w, TimeFormat: time.TimeOnly}
+		// No colours: the output is made printable, escape codes and all.
+		out = zerolog.ConsoleWriter{Out: out, TimeFormat: time.TimeOnly, NoColor: true}
 	}
-	return zerolog.New(w).Level(lvl).With().Timestamp().Logger(), nil
-}
-
-// Redactor replaces secrets in everything written through it. zerolog writes
-// each event in one call, so a secret is never split across writes.
-type Redactor struct {
-	w       io.Writer
-	mu      sync.RWMutex
-	secrets [][]byte
-}
-
-// NewRedactor wraps w. Empty secrets are ignored.
-func NewRedactor(w io.Writer, secrets ...string) *Redactor {
-	r := &Redactor{w: w}
-	for _, s := range secrets {
-		r.Add(s)
-	}
-	return r
-}
-
-// Add blanks secret too from now on (a token read again after a rotation;
-// the old one stays blanked).
-func (r *Redactor) Add(secret string) {
-	if secret == "" {
-		return
-	}
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.secrets = append(r.secrets, []byte(secret))
-}
-
-// Write implements io.Writer.
-func (r *Redactor) Write(p []byte) (int, error) {
-	out := p
-	r.mu.RLock()
-	defer r.mu.RUnlock()
-	for _, s := range r.secrets {
-		if bytes.Contains(out, s) {
-			out = bytes.ReplaceAll(out, s, []byte("[REDACTED]"))
-		}
-	}
-	if _, err := r.w.Write(out); err != nil {
-		return 0, err
-	}
-	return len(p), nil
+	return zerolog.New(out).Level(lvl).With().Timestamp().Logger(), nil
 }

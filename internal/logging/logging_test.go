@@ -20,9 +20,12 @@ func TestRedactsSecrets(t *testing.T) {
 	}
 	buf.Reset()
 	console, _ := New(&buf, "info", "console", "hunter2")
-	console.Info().Str("token", "hunter2").Msg("x")
+	console.Info().Str("token", "hunter2").Str("body", "\x1b[31mred\x1b]0;title\x07").Msg("x")
 	if strings.Contains(buf.String(), "hunter2") {
 		t.Fatalf("console not redacted: %s", buf.String())
+	}
+	if strings.ContainsAny(buf.String(), "\x1b\x07") {
+		t.Fatalf("console passes terminal escapes: %q", buf.String())
 	}
 	if _, err := New(&buf, "loud", "json"); err == nil {
 		t.Fatal("bad level accepted")

@@ -16,6 +16,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/tenant-worker/tenant-worker/internal/clip"
+	"github.com/tenant-worker/tenant-worker/internal/redact"
 	"github.com/tenant-worker/tenant-worker/internal/wait"
 )
 
@@ -452,7 +453,7 @@ func (c *Consumer) deadLetterLimit() int {
 func (c *Consumer) deadLetterEntry(i int, m Message, d Disposition) (types.SendMessageBatchRequestEntry, int) {
 	attrs := []struct{ name, value string }{
 		{"reason", d.Reason}, {"source_queue", c.queue.Name}, {"source_message_id", m.ID},
-		{"error", clip.String(d.Detail, 1024)},
+		{"error", clip.String(redact.String(d.Detail), 1024)},
 	}
 	size := func(n int) int {
 		total := len(m.Body)

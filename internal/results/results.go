@@ -13,6 +13,8 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
+
+	"github.com/tenant-worker/tenant-worker/internal/redact"
 )
 
 // Event is the body of a result message. The schema is documented in the
@@ -70,7 +72,7 @@ func (p *Publisher) Publish(ctx context.Context, events []Event) (int, error) {
 			}
 			entries[i] = types.SendMessageBatchRequestEntry{
 				Id:          aws.String(strconv.Itoa(i)),
-				MessageBody: aws.String(string(body)),
+				MessageBody: aws.String(redact.String(string(body))),
 				MessageAttributes: map[string]types.MessageAttributeValue{
 					"outcome":    {DataType: aws.String("String"), StringValue: aws.String(e.Outcome)},
 					"message_id": {DataType: aws.String("String"), StringValue: aws.String(e.MessageID)},

@@ -1,0 +1,133 @@
+// Package redact is the one place where secrets are blanked before text
+// leaves the process. The git token, the signing key's passphrase and any
+// password in a URL are replaced on every surface: logs, the status page,
+// /api/runs, /readyz, result events, dead-letter attributes and CLI output.
+// Each surface passes what it emits through String, Bytes, Writer or
+// Handler; whoever reads a secret hands it to Add.
+//
+// The set of secrets is the process's: a secret read anywhere is blanked
+// everywhere, including by code that never saw it.
+package redact
+
+import (
+	"bytes"
+	"encoding/json"
+	"html"
+	"io"
+	"net/http"
+	"net/url"
+	"regexp"
+	"strings"
+	"sync"
+)
+
+// Mask replaces a secret.
+const Mask = "[REDACTED]"
+
+var (
+	mu      sync.RWMutex
+	secrets [][]byte // longest first, so a secret inside another is not cut
+)
+
+// Add blanks secret, and the forms it takes once escaped for JSON, HTML or a
+// URL, from now on. Secrets shorter than 4 bytes are ignored: blanking them
+// would garble every text.
+func Add(secret string) {
+	secret = strings.TrimSpace(secret)
+	if len(secret) < 4 {
+		return
+	}
+	forms := []string{secret, html.EscapeString(secret), url.QueryEscape(secret), url.PathEscape(secret)}
+	if b, err := json.Marshal(secret); err == nil {
+		forms = append(forms, string(b[1:len(b)-1]))
+	}
+	mu.Lock()
+	defer mu.Unlock()
+next:
+	for _, f := range forms {
+		for _, s := range secrets {
+			if string(s) == f {
+				continue next
+			}
+		}
+		secrets = append(secrets, []byte(f))
+	}
+	for i := 1; i < len(secrets); i++ {
+		for j := i; j > 0 && len(secrets[j]) > len(secrets[j-1]); j-- {
+			secrets[j], secrets[j-1] = secrets[j-1], secrets[j]
+		}
+	}
+}
+
+// userinfo matches the password of a URL (scheme://user:password@).
+var userinfo = regexp.MustCompile(`([a-zA-Z][a-zA-Z0-9+.-]*://[^/\s@:"'<>]*):[^/\s@"'<>]*@`)
+
+// Bytes returns b with every secret and URL password blanked. It returns b
+// itself when there is nothing to blank.
+func Bytes(b []byte) []byte {
+	mu.RLock()
+	for _, s := range secrets {
+		if bytes.Contains(b, s) {
+			b = bytes.ReplaceAll(b, s, []byte(Mask))
+		}
+	}
+	mu.RUnlock()
+	if bytes.Contains(b, []byte("@")) && userinfo.Match(b) {
+		b = userinfo.ReplaceAll(b, []byte("${1}:"+Mask+"@"))
+	}
+	return b
+}
+
+// String is Bytes for a string.
+func String(s string) string {
+	out := Bytes([]byte(s))
+	return string(out)
+}
+
+// Writer blanks secrets in every Write to w. Each Write must carry whole
+// texts (a log line, a printed message), as zerolog and fmt.Fprint do, so
+// that no secret is split across two writes.
+func Writer(w io.Writer) io.Writer { return writer{w} }
+
+type writer struct{ w io.Writer }
+
+func (r writer) Write(p []byte) (int, error) {
+	if _, err := r.w.Write(Bytes(p)); err != nil {
+		return 0, err
+	}
+	return len(p), nil
+}
+
+// Handler blanks secrets in every response of h: it is buffered whole,
+// blanked, then sent.
+func Handler(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		rec := &buffered{header: http.Header{}, code: http.StatusOK}
+		h.ServeHTTP(rec, r)
+		for k, v := range rec.header {
+			w.Header()[k] = v
+		}
+		body := Bytes(rec.body.Bytes())
+		w.Header().Del("Content-Length")
+		w.WriteHeader(rec.code)
+		_, _ = w.Write(body)
+	})
+}
+
+type buffered struct {
+	header http.Header
+	code   int
+	wrote  bool
+	body   bytes.Buffer
+}
+
+func (b *buffered) Header() http.Header { return b.header }
+func (b *buffered) WriteHeader(code int) {
+	if !b.wrote {
+		b.code, b.wrote = code, true
+	}
+}
+func (b *buffered) Write(p []byte) (int, error) {
+	b.wrote = true
+	return b.body.Write(p)
+}
