@@ -3,6 +3,7 @@ package deploy_test
 import (
 	"net/http"
 	"net/http/httptest"
+	"path"
 	"regexp"
 	"slices"
 	"sort"
@@ -130,9 +131,10 @@ func TestChartNonDefaults(t *testing.T) {
 			"onboarding": "https://sqs.eu-west-1.amazonaws.com/123456789012/onboard",
 		},
 		"git": map[string]any{
-			"repoUrl":     "https://gitea.example.com/saas/gitops.git",
-			"branch":      "production",
-			"tokenSecret": map[string]any{"name": "gitea-admin", "key": "api-token"},
+			"repoUrl":          "https://gitea.example.com/saas/gitops.git",
+			"branch":           "production",
+			"tokenSecret":      map[string]any{"name": "gitea-admin", "key": "api-token"},
+			"signingKeySecret": map[string]any{"name": "worker-signing", "key": "id_ed25519", "passphraseKey": "passphrase"},
 		},
 		"shutdownGraceSeconds": 90,
 		"clone":                map[string]any{"medium": "Memory", "sizeLimit": "512Mi"},
@@ -286,6 +288,22 @@ func checkPod(t *testing.T, r *rendered) {
 		t.Errorf("GIT_TOKEN_FILE %s is not the mounted Secret", o.GitTokenFile)
 	}
 
+	// The signing key, when set, is the mounted Secret too.
+	if o.GitSigningKeyFile == "" {
+		if o.GitSigningPassphraseFile != "" || volume(d, "signing-key").Secret != nil {
+			t.Error("a signing key volume or passphrase without GIT_SIGNING_KEY_FILE")
+		}
+	} else {
+		dir := path.Dir(o.GitSigningKeyFile)
+		v := volume(d, "signing-key").Secret
+		if !mountedAt(ctr, "signing-key", dir, true) || v == nil || v.Items[0].Path != path.Base(o.GitSigningKeyFile) {
+			t.Errorf("GIT_SIGNING_KEY_FILE %s is not the mounted Secret", o.GitSigningKeyFile)
+		}
+		if p := o.GitSigningPassphraseFile; p != "" && (path.Dir(p) != dir || len(v.Items) != 2 || v.Items[1].Path != path.Base(p)) {
+			t.Errorf("GIT_SIGNING_PASSPHRASE_FILE %s is not in the mounted Secret", p)
+		}
+	}
+
 	// The clone is on an emptyDir, the only writable path besides /tmp.
 	if v := volume(d, "clone"); v.EmptyDir == nil || !mountedUnder(ctr, "clone", o.GitCloneDir) {
 		t.Errorf("GIT_CLONE_DIR %s is not on the clone emptyDir", o.GitCloneDir)
@@ -371,7 +389,8 @@ func TestChartValuesHoldNoSecret(t *testing.T) {
 				return
 			}
 			switch path {
-			case ".git.tokenSecret.name", ".git.tokenSecret.key", ".imagePullSecrets":
+			case ".git.tokenSecret.name", ".git.tokenSecret.key", ".imagePullSecrets",
+				".git.signingKeySecret.name", ".git.signingKeySecret.key", ".git.signingKeySecret.passphraseKey":
 				return
 			}
 			t.Errorf("values%s = %v looks like a secret value", path, v)

@@ -87,3 +87,36 @@ func TestFluxManifests(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestFluxVerifyExample: deploy/flux/verify is a GitRepository that makes
+// Flux verify the signature of HEAD, and the Secret of public keys it names,
+// with its keys named as source-controller reads them (.asc for OpenPGP,
+// .sshpub for SSH).
+func TestFluxVerifyExample(t *testing.T) {
+	var (
+		repo   *sourcev1.GitRepository
+		secret *corev1.Secret
+	)
+	for _, f := range []string{"flux/verify/gitrepository.yaml", "flux/verify/secret.yaml"} {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		decodeAll(t, splitManifests(t, f, b), map[string]any{"GitRepository": &repo, "Secret": &secret})
+	}
+	if repo == nil || secret == nil {
+		t.Fatal("deploy/flux/verify must hold a GitRepository and a Secret")
+	}
+	v := repo.Spec.Verification
+	if v == nil || v.Mode != sourcev1.ModeGitHEAD || v.SecretRef.Name != secret.Name || repo.Namespace != secret.Namespace {
+		t.Fatalf("spec.verify %+v does not check HEAD against Secret %s/%s", v, secret.Namespace, secret.Name)
+	}
+	if len(secret.StringData) == 0 {
+		t.Fatal("the Secret lists no key")
+	}
+	for k := range secret.StringData {
+		if !strings.HasSuffix(k, ".asc") && !strings.HasSuffix(k, ".sshpub") {
+			t.Errorf("Secret key %q: source-controller reads only .asc and .sshpub keys", k)
+		}
+	}
+}

@@ -7,12 +7,14 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/chromedp/cdproto/cdp"
 	"github.com/chromedp/cdproto/dom"
 	"github.com/chromedp/cdproto/emulation"
+	"github.com/chromedp/cdproto/page"
 	"github.com/chromedp/chromedp"
 )
 
@@ -151,5 +153,79 @@ func TestStatusPageInBrowser(t *testing.T) {
 		if err := os.WriteFile(filepath.Join("testdata", "status-page.png"), png, 0o644); err != nil {
 			t.Fatal(err)
 		}
+	}
+}
+
+// TestHostileBodiesInertInBrowser sends bodies made to attack the status
+// page (script and event-handler markup, terminal escapes, a body of
+// 256 KiB, bytes that are not UTF-8) and loads the page in Chromium with
+// JavaScript on. No script may run (no dialog, no changed title or global),
+// no element may come out of a body, and each body must be shown as text.
+func TestHostileBodiesInertInBrowser(t *testing.T) {
+	exe := chromium(t)
+	h := newHarness(t, true)
+	h.start()
+	ctx := browser(t, exe)
+	ctx, cancelTimeout := context.WithTimeout(ctx, 90*time.Second)
+	defer cancelTimeout()
+
+	var dialogs atomic.Int32
+	if err := chromedp.Listen(ctx, func(ev any) {
+		if _, ok := ev.(*page.EventJavascriptDialogOpening); ok {
+			dialogs.Add(1)
+		}
+	}); err != nil {
+		t.Fatal(err)
+	}
+	const payload = `<script>window.pwned=1;document.title="pwned";alert(1)</script><img src=x onerror="window.pwned=1;alert(2)"><svg onload="alert(3)">`
+	bodies := map[string]string{
+		"markup, not JSON":   payload,
+		"markup in a field":  `{"tenant_id":"` + strings.ReplaceAll(payload, `"`, `\"`) + `","tenant_tier":"premium","release_version":"0.0"}`,
+		"terminal escapes":   `{"tenant_id":"t1","tenant_tier":"\u001b[2J\u001b]0;owned\u0007","release_version":"0.0"}`,
+		"256 KiB of markup":  strings.Repeat(payload, 256*1024/len(payload)),
+		"not UTF-8, escaped": `{"tenant_id":"\udc00\ud800","tenant_tier":"premium","release_version":"0.0"}`,
+	}
+	ids := map[string]string{}
+	for name, b := range bodies {
+		ids[h.send(h.q.onboarding, b)] = name
+	}
+	h.waitFor("every hostile body to be refused", 30*time.Second, func() bool {
+		for id := range ids {
+			if !h.finished(id) {
+				return false
+			}
+		}
+		return true
+	})
+
+	eval := func(expr string) string {
+		t.Helper()
+		v, err := chromedp.Run(ctx, chromedp.Evaluate[string](expr))
+		if err != nil {
+			t.Fatalf("%s: %v", expr, err)
+		}
+		return v
+	}
+	if _, err := chromedp.Run(ctx, chromedp.Navigate("http://"+h.httpAddr+"/")); err != nil {
+		t.Fatal(err)
+	}
+	title := eval(`document.title`)
+	for id, name := range ids {
+		row := eval(`(document.querySelector('#runs tr[data-message-id="` + id + `"]') || {innerText: ""}).innerText`)
+		if row == "" {
+			t.Errorf("%s: no row on the page", name)
+		}
+	}
+	if n := eval(`String(document.querySelectorAll('#runs script, #runs img, #runs svg, #runs iframe, #runs [onerror], #runs [onload]').length)`); n != "0" {
+		t.Errorf("%s elements came out of message bodies", n)
+	}
+	if text := eval(`document.querySelector('#runs').innerText`); !strings.Contains(text, `<script>window.pwned=1`) {
+		t.Errorf("the markup is not shown as text:\n%s", tail(text, 2000))
+	}
+	if got := eval(`String(window.pwned)`); got != "undefined" || title == "pwned" || dialogs.Load() != 0 {
+		t.Errorf("a script ran: window.pwned=%s, title %q, %d dialogs", got, title, dialogs.Load())
+	}
+	if size := eval(`String(document.documentElement.outerHTML.length)`); len(size) > 6 {
+		t.Errorf("the page is %s characters: a 256 KiB body is not cut short", size)
 	}
 }

@@ -35,6 +35,7 @@ func (h *harness) cli(resultsQueue string, args ...string) (stdout, stderr strin
 		"GIT_REPO_URL=" + h.git.RepoURL(repoName),
 		"GIT_TOKEN_FILE=" + tokenFile,
 	}
+	cmd.Env = append(cmd.Env, h.cliEnv...)
 	var out, errOut bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errOut
 	err := cmd.Run()

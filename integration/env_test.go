@@ -140,6 +140,8 @@ type harness struct {
 	stop     func()
 	// tune, if set, adjusts the worker's settings before start.
 	tune func(*config.Options)
+	// cliEnv is added to the environment of every cli call.
+	cliEnv []string
 }
 
 const repoName = "gitops.git"

@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/signal"
 	"runtime/debug"
+	"strings"
 	"syscall"
 
 	"github.com/tenant-worker/tenant-worker/internal/app"
@@ -40,6 +41,7 @@ func Main(args []string, stdout, stderr io.Writer, getenv func(string) string) i
 	// Everything printed is blanked of secrets and made inert on a
 	// terminal: results and errors carry text from messages and servers.
 	stdout, stderr = printable.Writer(redact.Writer(stdout)), printable.Writer(redact.Writer(stderr))
+	addSecrets(getenv)
 	if len(args) == 0 {
 		fmt.Fprint(stderr, usage)
 		return 2
@@ -59,6 +61,23 @@ func Main(args []string, stdout, stderr io.Writer, getenv func(string) string) i
 	default:
 		fmt.Fprintf(stderr, "tenant-worker: unknown command %q\n\n%s", args[0], usage)
 		return 2
+	}
+}
+
+// addSecrets hands the secrets the environment names to redact, whether or
+// not the command uses them: `send` prints what a person typed and what the
+// worker answered, and neither may show the token.
+func addSecrets(getenv func(string) string) {
+	redact.Add(getenv("GIT_TOKEN"))
+	for _, file := range []string{getenv("GIT_TOKEN_FILE"), getenv("GIT_SIGNING_PASSPHRASE_FILE")} {
+		if file == "" {
+			continue
+		}
+		// A file that cannot be read is the command's to report, if it
+		// needs the file.
+		if b, err := os.ReadFile(file); err == nil {
+			redact.Add(strings.TrimRight(string(b), "\r\n"))
+		}
 	}
 }
 

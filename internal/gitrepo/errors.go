@@ -5,8 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"strings"
 
 	"github.com/go-git/go-git/v5/plumbing/transport"
+
+	"github.com/tenant-worker/tenant-worker/internal/clip"
 )
 
 // Sentinels for the outcomes of network git calls. Only ErrConflict can be
@@ -56,7 +59,10 @@ func classify(op string, err error) error {
 	case errors.Is(err, ErrConflict):
 		return fmt.Errorf("%s: %w", op, err)
 	case errors.Is(err, transport.ErrAuthenticationRequired), errors.Is(err, transport.ErrAuthorizationFailed):
-		return fmt.Errorf("%s: %w", op, ErrAuth)
+		// The server's own words say which permission is missing (a
+		// read-only token, say). They may quote a URL with credentials:
+		// every surface blanks those (package redact).
+		return fmt.Errorf("%s: %w: %s", op, ErrAuth, clip.String(strings.TrimSpace(err.Error()), 300))
 	case errors.Is(err, context.DeadlineExceeded):
 		return fmt.Errorf("%s: %w: %v", op, ErrTimeout, err)
 	case errors.Is(err, context.Canceled):
