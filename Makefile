@@ -14,7 +14,7 @@ FAUXQS        := $(TOOLS)/node_modules/fauxqs/package.json
 SHELL         := /bin/bash
 FUZZTIME      ?= 60s
 
-.PHONY: all build tools chromium run test vet fmt-check fuzz bench clean
+.PHONY: all build tools debs run test vet fmt-check fuzz bench clean
 
 all: build
 
@@ -27,12 +27,18 @@ $(FAUXQS):
 	mkdir -p $(TOOLS)
 	$(NPM) install --prefix $(TOOLS) --no-audit --no-fund --no-package-lock --loglevel=error $(NPM_TOOLS)
 
-# Debian's Chromium, for the status page test in a real browser.
-chromium:
-	@command -v chromium >/dev/null || { \
+# Debian packages the tests run: Chromium (the status page in a real
+# browser), gnupg and openssh-client (keys made and signatures checked by
+# gpg, ssh-keygen and git verify-commit). Installed only when missing.
+DEBS          := chromium:chromium gpg:gnupg gpg-agent:gpg-agent ssh-keygen:openssh-client
+debs:
+	@missing=$$(for d in $(DEBS); do command -v $${d%%:*} >/dev/null || echo $${d#*:}; done); \
+	if [ -n "$$missing" ]; then \
 		SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
-		$$SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends chromium \
-		|| { $$SUDO apt-get update && $$SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends chromium; }; }
+		echo "installing Debian packages: $$missing"; \
+		$$SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends $$missing \
+		|| { $$SUDO apt-get update && $$SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends $$missing; }; \
+	fi
 
 run: tools build
 	$(GO) build -o $(BIN)/devstack ./cmd/devstack
@@ -44,16 +50,18 @@ run: tools build
 # triggered by the git protocol, not the clock, so both must pass.
 FAULT_RUN     := $(GO) test -count=1 -run '^TestFaultRun$$' -v ./integration/ \
 		| grep -E '^(=== RUN|--- |PASS|FAIL|ok)|fault run:|_test.go'
-test: tools chromium vet fmt-check
+test: tools debs vet fmt-check
 	$(GO) test -race -count=1 -skip '^TestFaultRun$$' ./...
 	set -o pipefail; $(FAULT_RUN)
 	set -o pipefail; GOMAXPROCS=1 FAULT_SEND_EVERY=200us $(FAULT_RUN)
 
-# Latency, throughput, floor, reference and memory at 10, 1,000 and 10,000
-# tenants; prints a table and writes bench/results/<time>.json.
+# Latency (with and without commit signing), throughput, floor, reference
+# and memory at 10, 1,000 and 10,000 tenants; prints a table and writes
+# bench/results/<time>.json. Then the cost of one signature by key kind.
 BENCH_FLAGS ?=
 bench: tools build
 	$(GO) run ./cmd/bench $(BENCH_FLAGS)
+	$(GO) test -run '^$$' -bench '^BenchmarkSign$$' ./internal/signing/
 
 # Each fuzz target for FUZZTIME (make test runs their seed corpora).
 fuzz:

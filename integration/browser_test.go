@@ -26,7 +26,7 @@ func chromium(t *testing.T) string {
 			return p
 		}
 	}
-	t.Fatal("no Chromium on this machine: `make test` installs Debian's chromium package (make chromium)")
+	t.Fatal("no Chromium on this machine: `make test` installs Debian's chromium package (make debs)")
 	return ""
 }
 

@@ -18,7 +18,7 @@ import (
 )
 
 // pgpKey returns an armored OpenPGP private key, encrypted when pass is set.
-func pgpKey(t *testing.T, pass string) []byte {
+func pgpKey(t testing.TB, pass string) []byte {
 	t.Helper()
 	e, err := openpgp.NewEntity("tenant-worker", "", "worker@example.com", &packet.Config{Algorithm: packet.PubKeyAlgoEdDSA})
 	if err != nil {
@@ -44,7 +44,7 @@ func pgpKey(t *testing.T, pass string) []byte {
 }
 
 // sshKey returns an OpenSSH private key, encrypted when pass is set.
-func sshKey(t *testing.T, pass string) []byte {
+func sshKey(t testing.TB, pass string) []byte {
 	t.Helper()
 	_, priv, err := ed25519.GenerateKey(rand.Reader)
 	if err != nil {
@@ -69,7 +69,7 @@ func TestSignaturesVerifyWithFlux(t *testing.T) {
 	payload := []byte("tree 4b825dc642cb6eb9a060e54bf8d69288fbee4904\nauthor a <a@b> 1 +0000\ncommitter a <a@b> 1 +0000\n\nmsg\n")
 	for _, c := range []struct {
 		name   string
-		key    func(*testing.T, string) []byte
+		key    func(testing.TB, string) []byte
 		pass   string
 		format Format
 	}{
@@ -187,5 +187,41 @@ func TestLoadRefusesWhatCannotSign(t *testing.T) {
 	}
 	if _, err := Load(filepath.Join(t.TempDir(), "missing"), "", nil); err == nil {
 		t.Error("a missing key file was accepted")
+	}
+}
+
+// BenchmarkSign is the cost signing adds to each commit, by key kind (make
+// bench prints it beside the worker's latency with and without signing).
+func BenchmarkSign(b *testing.B) {
+	payload := bytes.Repeat([]byte("tree 4b825dc642cb6eb9a060e54bf8d69288fbee4904\n"), 6)
+	rsaPGP, err := openpgp.NewEntity("w", "", "w@example.com", &packet.Config{Algorithm: packet.PubKeyAlgoRSA, RSABits: 3072})
+	if err != nil {
+		b.Fatal(err)
+	}
+	var rsaArmor bytes.Buffer
+	w, _ := armor.Encode(&rsaArmor, openpgp.PrivateKeyType, nil)
+	if err := rsaPGP.SerializePrivate(w, nil); err != nil {
+		b.Fatal(err)
+	}
+	w.Close()
+	for _, c := range []struct {
+		name string
+		key  []byte
+	}{
+		{"ssh-ed25519", sshKey(b, "")},
+		{"openpgp-ed25519", pgpKey(b, "")},
+		{"openpgp-rsa3072", rsaArmor.Bytes()},
+	} {
+		s, err := Parse(c.key, nil)
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Run(c.name, func(b *testing.B) {
+			for b.Loop() {
+				if _, err := s.Sign(payload); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
 	}
 }

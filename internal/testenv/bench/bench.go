@@ -66,6 +66,10 @@ type SizeResult struct {
 	Throughput      float64 `json:"backlog_changes_per_second,omitempty"`
 	ThroughputRatio float64 `json:"reference_per_tenant_over_backlog_per_tenant,omitempty"`
 	PeakRSSMB       float64 `json:"worker_peak_rss_mb"`
+	// Signed is the latency of a second worker that signs every commit
+	// (ed25519 SSH key), measured interleaved with Worker.
+	Signed           Stats   `json:"signed_worker_latency"`
+	SignedOverWorker float64 `json:"signed_p50_over_worker_p50"`
 }
 
 // seedRepo makes a bare repository holding the reference tree plus n

@@ -3,11 +3,15 @@ package bench
 import (
 	"bytes"
 	"context"
+	"crypto/ed25519"
+	"crypto/rand"
 	"encoding/json"
+	"encoding/pem"
 	"fmt"
 	"io"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"sync"
 	"time"
@@ -15,6 +19,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
+	"golang.org/x/crypto/ssh"
 
 	"github.com/tenant-worker/tenant-worker/internal/testenv/fauxqs"
 	"github.com/tenant-worker/tenant-worker/internal/testenv/gitserver"
@@ -32,14 +37,23 @@ type sizeRun struct {
 	srv   *gitserver.Server
 	w     *worker
 	queue string
+	// signed is a second worker, signing every commit, on its own
+	// repository and queues.
+	signed      *worker
+	signedQueue string
 }
 
 // watch reports when the worker's branch moves.
 func (s *sizeRun) watch() refWatcher { return refWatcher{srv: s.srv, name: "worker.git"} }
 
+// watchSigned reports when the signing worker's branch moves.
+func (s *sizeRun) watchSigned() refWatcher { return refWatcher{srv: s.srv, name: "signed.git"} }
+
 func (s *sizeRun) close() {
-	if s.w != nil {
-		s.w.stop()
+	for _, w := range []*worker{s.w, s.signed} {
+		if w != nil {
+			w.stop()
+		}
 	}
 	if s.srv != nil {
 		_ = s.srv.Close()
@@ -113,24 +127,57 @@ func setupSize(ctx context.Context, opts Options, api *sqs.Client, n int) (*size
 	if r.srv, err = gitserver.Start(dir+"/git", "127.0.0.1:0", ""); err != nil {
 		return r, err
 	}
-	for _, name := range []string{"worker.git", "floor.git", "reference.git"} {
+	for _, name := range []string{"worker.git", "signed.git", "floor.git", "reference.git"} {
 		if err := seedRepo(r.srv, name, n); err != nil {
 			return r, fmt.Errorf("seed %s: %w", name, err)
 		}
 	}
-	var queues []string
-	for _, kind := range []string{"onboarding", "offboarding", "deployment"} {
-		q, _, err := fauxqs.CreateQueue(ctx, api, fmt.Sprintf("bench-%d-%d-%s", n, time.Now().UnixNano()%1e9, kind), fauxqs.QueueOptions{})
-		if err != nil {
-			return r, err
+	queues := func() ([]string, error) {
+		var qs []string
+		for _, kind := range []string{"onboarding", "offboarding", "deployment"} {
+			q, _, err := fauxqs.CreateQueue(ctx, api, fmt.Sprintf("bench-%d-%d-%s", n, time.Now().UnixNano()%1e9, kind), fauxqs.QueueOptions{})
+			if err != nil {
+				return nil, err
+			}
+			qs = append(qs, q)
 		}
-		queues = append(queues, q)
+		return qs, nil
 	}
-	r.queue = queues[0]
-	if r.w, err = startWorker(opts.Binary, r.srv.RepoURL("worker.git"), opts.SQSEndpint, queues); err != nil {
+	plain, err := queues()
+	if err != nil {
+		return r, err
+	}
+	r.queue = plain[0]
+	if r.w, err = startWorker(opts.Binary, r.srv.RepoURL("worker.git"), opts.SQSEndpint, plain); err != nil {
+		return r, err
+	}
+	signed, err := queues()
+	if err != nil {
+		return r, err
+	}
+	r.signedQueue = signed[0]
+	keyFile, err := writeSigningKey(dir)
+	if err != nil {
+		return r, err
+	}
+	if r.signed, err = startWorker(opts.Binary, r.srv.RepoURL("signed.git"), opts.SQSEndpint, signed, "GIT_SIGNING_KEY_FILE="+keyFile); err != nil {
 		return r, err
 	}
 	return r, nil
+}
+
+// writeSigningKey writes a new ed25519 OpenSSH key for the signing worker.
+func writeSigningKey(dir string) (string, error) {
+	_, priv, err := ed25519.GenerateKey(rand.Reader)
+	if err != nil {
+		return "", err
+	}
+	block, err := ssh.MarshalPrivateKey(priv, "bench")
+	if err != nil {
+		return "", err
+	}
+	name := filepath.Join(dir, "signing-key")
+	return name, os.WriteFile(name, pem.EncodeToMemory(block), 0o600)
 }
 
 // floors measures the floor at every size, interleaved.
@@ -159,28 +206,50 @@ func floors(ctx context.Context, runs []*sizeRun, n int) error {
 	return nil
 }
 
-// onboardings sends n single onboardings to the worker of every size,
-// interleaved, each timed from SendMessage to the branch moving.
+// onboardings sends n single onboardings to the worker of every size, and
+// as many to its signing twin, interleaved (which of the two goes first
+// alternates), each timed from SendMessage to the branch moving.
 func onboardings(ctx context.Context, api *sqs.Client, runs []*sizeRun, n int) error {
 	ds := make([][]time.Duration, len(runs))
+	signed := make([][]time.Duration, len(runs))
+	one := func(i int, r *sizeRun, queue string, watch refWatcher, w *worker) (time.Duration, error) {
+		old := watch.head()
+		body := fmt.Sprintf(`{"tenant_id":"bench-%d","tenant_tier":"premium","release_version":"0.0"}`, i)
+		start := time.Now()
+		if _, err := api.SendMessage(ctx, &sqs.SendMessageInput{QueueUrl: aws.String(queue), MessageBody: aws.String(body)}); err != nil {
+			return 0, err
+		}
+		if _, err := watch.waitMove(old, 60*time.Second); err != nil {
+			return 0, fmt.Errorf("onboarding %d at %d tenants: %w\n%s", i, r.res.Tenants, err, w.tail())
+		}
+		d := time.Since(start)
+		time.Sleep(settle)
+		return d, nil
+	}
 	for i := range n {
 		for j, r := range runs {
-			old := r.watch().head()
-			body := fmt.Sprintf(`{"tenant_id":"bench-%d","tenant_tier":"premium","release_version":"0.0"}`, i)
-			start := time.Now()
-			if _, err := api.SendMessage(ctx, &sqs.SendMessageInput{QueueUrl: aws.String(r.queue), MessageBody: aws.String(body)}); err != nil {
-				return err
+			for k := range 2 {
+				if (i+k)%2 == 0 {
+					d, err := one(i, r, r.queue, r.watch(), r.w)
+					if err != nil {
+						return err
+					}
+					ds[j] = append(ds[j], d)
+				} else {
+					d, err := one(i, r, r.signedQueue, r.watchSigned(), r.signed)
+					if err != nil {
+						return err
+					}
+					signed[j] = append(signed[j], d)
+				}
 			}
-			if _, err := r.watch().waitMove(old, 60*time.Second); err != nil {
-				return fmt.Errorf("onboarding %d at %d tenants: %w\n%s", i, r.res.Tenants, err, r.w.tail())
-			}
-			ds[j] = append(ds[j], time.Since(start))
-			time.Sleep(settle)
 		}
 	}
 	for j, r := range runs {
 		r.res.Worker = stats(ds[j])
 		r.res.WorkerOverFloor = r.res.Worker.P50 / r.res.Floor.P50
+		r.res.Signed = stats(signed[j])
+		r.res.SignedOverWorker = r.res.Signed.P50 / r.res.Worker.P50
 	}
 	return nil
 }
@@ -279,7 +348,7 @@ func (w *worker) stop() {
 	}
 }
 
-func startWorker(binary, repoURL, endpoint string, queues []string) (*worker, error) {
+func startWorker(binary, repoURL, endpoint string, queues []string, env ...string) (*worker, error) {
 	w := &worker{}
 	w.cmd = exec.Command(binary, "run")
 	w.cmd.Env = []string{
@@ -288,6 +357,7 @@ func startWorker(binary, repoURL, endpoint string, queues []string) (*worker, er
 		"ONBOARDING_QUEUE=" + queues[0], "OFFBOARDING_QUEUE=" + queues[1], "DEPLOYMENT_QUEUE=" + queues[2],
 		"GIT_REPO_URL=" + repoURL, "HTTP_ADDR=127.0.0.1:0", "SQS_WAIT_TIME=20s",
 	}
+	w.cmd.Env = append(w.cmd.Env, env...)
 	if os.Getenv("BENCH_WORKER_LOG") != "" {
 		// The per-batch step durations are logged at debug level; stop
 		// appends the log to the file BENCH_WORKER_LOG names.
@@ -329,16 +399,17 @@ func WriteJSON(dir string, results []SizeResult) (string, error) {
 // Table renders the results for a terminal and the README.
 func Table(results []SizeResult) string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "| tenants | worker p50 | p95 | p99 | floor p50 | floor p99 | p50/floor | p99/floor | reference p50 | reference/worker | backlog /s | RSS MB |\n")
-	fmt.Fprintf(&b, "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+	fmt.Fprintf(&b, "| tenants | worker p50 | p95 | p99 | floor p50 | floor p99 | p50/floor | p99/floor | reference p50 | reference/worker | backlog /s | RSS MB | signed p50 | signed/worker |\n")
+	fmt.Fprintf(&b, "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
 	for _, r := range results {
 		backlog := "-"
 		if r.Throughput > 0 {
 			backlog = fmt.Sprintf("%.0f (%.0fx ref)", r.Throughput, r.ThroughputRatio)
 		}
-		fmt.Fprintf(&b, "| %d | %.0f ms | %.0f ms | %.0f ms | %.0f ms | %.0f ms | %.2f | %.2f | %.0f ms | %.1fx | %s | %.0f |\n",
+		fmt.Fprintf(&b, "| %d | %.0f ms | %.0f ms | %.0f ms | %.0f ms | %.0f ms | %.2f | %.2f | %.0f ms | %.1fx | %s | %.0f | %.0f ms | %.3f |\n",
 			r.Tenants, r.Worker.P50, r.Worker.P95, r.Worker.P99, r.Floor.P50, r.Floor.P99, r.WorkerOverFloor,
-			r.Worker.P99/max(r.Floor.P99, 0.001), r.Reference.P50, r.ReferenceRatio, backlog, r.PeakRSSMB)
+			r.Worker.P99/max(r.Floor.P99, 0.001), r.Reference.P50, r.ReferenceRatio, backlog, r.PeakRSSMB,
+			r.Signed.P50, r.SignedOverWorker)
 	}
 	return b.String()
 }
