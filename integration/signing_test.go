@@ -211,3 +211,28 @@ func fluxVerify(repo *git.Repository, hash, public string, ssh bool) error {
 	}
 	return err
 }
+
+// TestBadSigningKeyStopsStart: a key that does not load (the public half, a
+// wrong passphrase) stops the worker before it takes a message, with the
+// reason, and without the passphrase in what it prints.
+func TestBadSigningKeyStopsStart(t *testing.T) {
+	h := newHarness(t, true)
+	k := sshSigningKey(t)
+	wrong := filepath.Join(t.TempDir(), "wrong")
+	write(t, wrong, keyPassphrase+" but wrong\n")
+	for name, env := range map[string][]string{
+		"public key":       {"GIT_SIGNING_KEY_FILE=" + k.file + ".pub"},
+		"wrong passphrase": {"GIT_SIGNING_KEY_FILE=" + k.file, "GIT_SIGNING_PASSPHRASE_FILE=" + wrong},
+		"no passphrase":    {"GIT_SIGNING_KEY_FILE=" + k.file},
+		"missing file":     {"GIT_SIGNING_KEY_FILE=" + k.file + ".missing"},
+	} {
+		h.cliEnv = append(env, "HTTP_ADDR=127.0.0.1:0")
+		out, errOut, code := h.cli("", "run")
+		if code != 2 || !strings.Contains(errOut, "GIT_SIGNING_KEY_FILE") || strings.Contains(out+errOut, "consuming queue") {
+			t.Errorf("%s: exit %d\n%s%s", name, code, out, errOut)
+		}
+		if strings.Contains(out+errOut, keyPassphrase) {
+			t.Errorf("%s: the passphrase is in the output", name)
+		}
+	}
+}

@@ -79,6 +79,10 @@ func Writer(w io.Writer) io.Writer { return writer{w} }
 
 type writer struct{ w io.Writer }
 
+// Unwrap returns the writer underneath, for code that must know whether it
+// writes to a terminal and writes its own, trusted control sequences.
+func (p writer) Unwrap() io.Writer { return p.w }
+
 func (p writer) Write(b []byte) (int, error) {
 	s := String(string(b))
 	if _, err := io.WriteString(p.w, s); err != nil {

@@ -11,6 +11,9 @@ import (
 	"time"
 
 	"golang.org/x/term"
+
+	"github.com/tenant-worker/tenant-worker/internal/printable"
+	"github.com/tenant-worker/tenant-worker/internal/redact"
 )
 
 // Line is a status line on a terminal, or nothing.
@@ -22,8 +25,18 @@ type Line struct {
 	shown bool
 }
 
-// New shows progress on w when w is a terminal.
+// New shows progress on w when w is a terminal. When w wraps another writer
+// (the CLI's redacting, printable output), the line is written to the writer
+// underneath, its own control sequences intact, and its text is blanked of
+// secrets and made printable here.
 func New(w io.Writer) *Line {
+	for {
+		u, ok := w.(interface{ Unwrap() io.Writer })
+		if !ok {
+			break
+		}
+		w = u.Unwrap()
+	}
 	on := false
 	if f, ok := w.(*os.File); ok {
 		on = term.IsTerminal(int(f.Fd()))
@@ -41,7 +54,8 @@ func (l *Line) Show(format string, args ...any) {
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	fmt.Fprintf(l.w, "\r\033[K%s (%s)", fmt.Sprintf(format, args...), time.Since(l.start).Round(time.Second))
+	text := printable.String(redact.String(fmt.Sprintf(format, args...)))
+	fmt.Fprintf(l.w, "\r\033[K%s (%s)", text, time.Since(l.start).Round(time.Second))
 	l.shown = true
 }
 

@@ -8,6 +8,9 @@ import (
 	"testing"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/tenant-worker/tenant-worker/internal/printable"
+	"github.com/tenant-worker/tenant-worker/internal/redact"
 )
 
 // openPTY opens a pseudo-terminal pair: the controlling side and the
@@ -48,6 +51,28 @@ func TestShowsOnATerminal(t *testing.T) {
 		t.Fatal(err)
 	}
 	if got := string(buf[:n]); !strings.Contains(got, "cloning repo (0s)") || !strings.Contains(got, "\r\033[K") {
+		t.Errorf("terminal got %q", got)
+	}
+}
+
+// TestShowsThroughTheCLIsWriters: the CLI's output is wrapped (redact,
+// printable); the line still shows on the terminal underneath, with its
+// own escapes, and text from elsewhere in it is blanked and made inert.
+func TestShowsThroughTheCLIsWriters(t *testing.T) {
+	ptm, pts := openPTY(t)
+	redact.Add("progress-secret")
+	l := New(printable.Writer(redact.Writer(pts)))
+	if !l.Enabled() {
+		t.Fatal("no progress on a terminal behind the CLI's writers")
+	}
+	l.Show("cloning %s", "http://u:progress-secret@h/\x1b]0;x\x07")
+	buf := make([]byte, 256)
+	n, err := ptm.Read(buf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := string(buf[:n])
+	if !strings.HasPrefix(got, "\r\033[K") || strings.Contains(got, "progress-secret") || strings.Contains(got, "\x1b]0") {
 		t.Errorf("terminal got %q", got)
 	}
 }

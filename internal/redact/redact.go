@@ -91,6 +91,9 @@ func Writer(w io.Writer) io.Writer { return writer{w} }
 
 type writer struct{ w io.Writer }
 
+// Unwrap returns the writer underneath.
+func (r writer) Unwrap() io.Writer { return r.w }
+
 func (r writer) Write(p []byte) (int, error) {
 	if _, err := r.w.Write(Bytes(p)); err != nil {
 		return 0, err
