@@ -90,7 +90,7 @@ func (h *harness) spawnIn(cloneDir string, shared *syncBuffer, extraEnv ...strin
 // start as an error, so that goroutines other than the test's may call it.
 func (h *harness) launch(cloneDir string, shared *syncBuffer, extraEnv ...string) (*process, error) {
 	tokenFile := filepath.Join(h.t.TempDir(), "git-token")
-	if err := os.WriteFile(tokenFile, []byte(token+"\n"), 0o600); err != nil {
+	if err := os.WriteFile(tokenFile, []byte(h.token+"\n"), 0o600); err != nil {
 		return nil, err
 	}
 	cmd := exec.Command(workerBinary(h.t), "run")

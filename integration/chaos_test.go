@@ -441,7 +441,7 @@ func (c *chaos) foreignCommit(n int64) error {
 // serve lets git answer r and records the answer.
 func (c *chaos) serve(r *http.Request) *httptest.ResponseRecorder {
 	rec := httptest.NewRecorder()
-	c.h.git.Backend(rec, r)
+	c.h.httpBackend().Backend(rec, r)
 	return rec
 }
 

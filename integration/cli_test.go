@@ -20,7 +20,7 @@ import (
 func (h *harness) cli(resultsQueue string, args ...string) (stdout, stderr string, code int) {
 	h.t.Helper()
 	tokenFile := filepath.Join(h.t.TempDir(), "git-token")
-	if err := os.WriteFile(tokenFile, []byte(token+"\n"), 0o600); err != nil {
+	if err := os.WriteFile(tokenFile, []byte(h.token+"\n"), 0o600); err != nil {
 		h.t.Fatal(err)
 	}
 	cmd := exec.Command(workerBinary(h.t), args...)
@@ -45,7 +45,7 @@ func (h *harness) cli(resultsQueue string, args ...string) (stdout, stderr strin
 	} else if err != nil {
 		h.t.Fatal(err)
 	}
-	if strings.Contains(out.String()+errOut.String(), token) {
+	if strings.Contains(out.String()+errOut.String(), h.token) {
 		h.t.Fatalf("the token is in the output of %v", args)
 	}
 	return out.String(), errOut.String(), code

@@ -9,6 +9,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"io/fs"
 	"net"
 	"net/http"
 	"os"
@@ -28,6 +29,7 @@ import (
 	"github.com/tenant-worker/tenant-worker/internal/config"
 	"github.com/tenant-worker/tenant-worker/internal/logging"
 	"github.com/tenant-worker/tenant-worker/internal/testenv/fauxqs"
+	"github.com/tenant-worker/tenant-worker/internal/testenv/gitea"
 	"github.com/tenant-worker/tenant-worker/internal/testenv/gitserver"
 	"github.com/tenant-worker/tenant-worker/templates"
 )
@@ -132,7 +134,8 @@ func (s *syncBuffer) lines(key, value string) []map[string]any {
 type harness struct {
 	t        *testing.T
 	api      *sqs.Client
-	git      *gitserver.Server
+	git      gitServer
+	token    string // the git token the worker is given
 	q        queues
 	logs     *syncBuffer
 	httpAddr string
@@ -146,19 +149,86 @@ type harness struct {
 
 const repoName = "gitops.git"
 
+// gitServer is what the tests need of a git server: git's own smart-HTTP
+// server (gitserver) or real Gitea. Both put a hook before every request.
+type gitServer interface {
+	RepoURL(name string) string
+	RepoPath(name string) string
+	Output(name string, args ...string) (string, error)
+	WriteFile(name, branch, path, content, msg string) error
+	SetHook(h gitserver.Hook)
+	Rename(name, newName string) error
+	CreateRepo(name, branch string, seed fs.FS) (string, error)
+}
+
+// server names a kind of git server for tests that run on each.
+type server string
+
+const (
+	httpBackend server = "http-backend"
+	giteaServer server = "gitea"
+)
+
+// servers are the git servers the end-to-end flows run against.
+var servers = []server{httpBackend, giteaServer}
+
+// onEachServer runs test as a subtest once per git server.
+func onEachServer(t *testing.T, test func(t *testing.T, s server)) {
+	for _, s := range servers {
+		t.Run(string(s), func(t *testing.T) { test(t, s) })
+	}
+}
+
 func newHarness(t *testing.T, withDLQ bool) *harness {
+	return newHarnessOn(t, httpBackend, withDLQ)
+}
+
+// newHarnessOn makes a harness whose repository is on the given server.
+func newHarnessOn(t *testing.T, s server, withDLQ bool) *harness {
 	t.Helper()
-	srv, err := gitserver.Start(t.TempDir(), "127.0.0.1:0", token)
-	if err != nil {
+	h := &harness{t: t, api: sqsClient(), logs: &syncBuffer{}, cloneDir: filepath.Join(t.TempDir(), "clone")}
+	switch s {
+	case giteaServer:
+		g, err := gitea.Start(t.TempDir())
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { g.Close() })
+		h.git, h.token = g, g.Token
+	default:
+		srv, err := gitserver.Start(t.TempDir(), "127.0.0.1:0", token)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { srv.Close() })
+		h.git, h.token = srv, token
+	}
+	if _, err := h.git.CreateRepo(repoName, "main", templates.FS); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { srv.Close() })
-	if _, err := srv.CreateRepo(repoName, "main", templates.FS); err != nil {
-		t.Fatal(err)
-	}
-	h := &harness{t: t, api: sqsClient(), git: srv, logs: &syncBuffer{}, cloneDir: filepath.Join(t.TempDir(), "clone")}
 	h.q = createQueues(t, h.api, withDLQ)
 	return h
+}
+
+// httpBackend is the harness's server as git's smart-HTTP server, for tests
+// that need what only it offers (a token change, acting after git answered).
+func (h *harness) httpBackend() *gitserver.Server {
+	h.t.Helper()
+	srv, ok := h.git.(*gitserver.Server)
+	if !ok {
+		h.t.Fatal("this test needs git's smart-HTTP server")
+	}
+	return srv
+}
+
+// gitea is the harness's server as Gitea.
+func (h *harness) gitea() *gitea.Server {
+	h.t.Helper()
+	g, ok := h.git.(*gitea.Server)
+	if !ok {
+		h.t.Fatal("this test needs Gitea")
+	}
+	return g
 }
 
 // start runs the worker in this process until the test ends.
@@ -180,7 +250,7 @@ func (h *harness) start() {
 	if err := opts.Validate(); err != nil {
 		h.t.Fatal(err)
 	}
-	log, err := logging.New(h.logs, "debug", "json", token)
+	log, err := logging.New(h.logs, "debug", "json", h.token)
 	if err != nil {
 		h.t.Fatal(err)
 	}
@@ -192,7 +262,7 @@ func (h *harness) start() {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() {
-		done <- app.Run(ctx, app.Config{Options: opts, Token: token, Logger: log, Listener: ln, SQS: h.api})
+		done <- app.Run(ctx, app.Config{Options: opts, Token: h.token, Logger: log, Listener: ln, SQS: h.api})
 	}()
 	var once sync.Once
 	h.stop = func() {

@@ -87,7 +87,7 @@ func TestFaultRun(t *testing.T) {
 	c.start()
 
 	// (a) another writer, in the background.
-	writes, stopWriter := otherWriter(t, h.git)
+	writes, stopWriter := otherWriter(t, h.httpBackend())
 
 	// The messages. Phase 1: 240 onboardings, 30 bad messages, 20 exact
 	// duplicates. Phase 2: 40 offboardings, a deployment per tier and 5

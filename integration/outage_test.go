@@ -105,7 +105,7 @@ func TestTokenRotation(t *testing.T) {
 	}
 	p := h.startBinary("GIT_TOKEN_FILE="+tokenFile, "PROBE_MAX_DELAY=100ms")
 	const rotated = "tok-rotated-2b9d-never-print-me"
-	h.git.SetToken(rotated)
+	h.httpBackend().SetToken(rotated)
 	id := h.send(h.q.onboarding, `{"tenant_id":"tenant-1","tenant_tier":"premium","release_version":"0.0"}`)
 	// Three probes refused: the file still holds the old token.
 	h.waitFor("the worker to pause for its credentials", 20*time.Second, func() bool {

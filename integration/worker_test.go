@@ -32,8 +32,10 @@ func sed(tmpl, id, version string) string {
 
 const kustomizationHead = "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nresources:\n  - dummy-configmap.yaml"
 
-func TestOnboardOffboardDeploy(t *testing.T) {
-	h := newHarness(t, true)
+func TestOnboardOffboardDeploy(t *testing.T) { onEachServer(t, testOnboardOffboardDeploy) }
+
+func testOnboardOffboardDeploy(t *testing.T, srv server) {
+	h := newHarnessOn(t, srv, true)
 	h.start()
 	seedHead := h.head()
 
@@ -126,7 +128,7 @@ func assertNoToken(t *testing.T, h *harness, extra ...string) {
 			return err
 		}
 		b, err := os.ReadFile(p)
-		if strings.Contains(string(b), token) {
+		if strings.Contains(string(b), h.token) {
 			t.Errorf("clone file %s contains the git token", p)
 		}
 		return err
@@ -147,8 +149,10 @@ func assertNoToken(t *testing.T, h *harness, extra ...string) {
 	}
 }
 
-func TestBadInputIsDeadLettered(t *testing.T) {
-	h := newHarness(t, true)
+func TestBadInputIsDeadLettered(t *testing.T) { onEachServer(t, testBadInputIsDeadLettered) }
+
+func testBadInputIsDeadLettered(t *testing.T, srv server) {
+	h := newHarnessOn(t, srv, true)
 	h.start()
 	// A tenant to collide with.
 	if line := h.outcome(h.send(h.q.onboarding, `{"tenant_id":"tenant-1","tenant_tier":"premium","release_version":"0.0"}`)); line["message"] != "tenant change pushed" {
@@ -231,8 +235,10 @@ func TestBadInputWithoutDeadLetterQueueIsDeleted(t *testing.T) {
 	h.waitFor("message deleted", 10*time.Second, func() bool { return h.queueCount(h.q.onboarding) == 0 })
 }
 
-func TestDuplicateMessageIsANoop(t *testing.T) {
-	h := newHarness(t, true)
+func TestDuplicateMessageIsANoop(t *testing.T) { onEachServer(t, testDuplicateMessageIsANoop) }
+
+func testDuplicateMessageIsANoop(t *testing.T, srv server) {
+	h := newHarnessOn(t, srv, true)
 	h.start()
 	body := `{"tenant_id":"tenant-1","tenant_tier":"premium","release_version":"0.0"}`
 	first := h.outcome(h.send(h.q.onboarding, body))
@@ -261,7 +267,11 @@ func TestDuplicateMessageIsANoop(t *testing.T) {
 }
 
 func TestPushLosesRaceToImageAutomation(t *testing.T) {
-	h := newHarness(t, true)
+	onEachServer(t, testPushLosesRaceToImageAutomation)
+}
+
+func testPushLosesRaceToImageAutomation(t *testing.T, srv server) {
+	h := newHarnessOn(t, srv, true)
 	h.start()
 	var fired atomic.Int32
 	automation := make(chan error, 1)
@@ -324,7 +334,7 @@ func TestGitOutageIsRetriedNotLost(t *testing.T) {
 func assertNoTokenInOutput(t *testing.T, h *harness, extra ...string) {
 	t.Helper()
 	for i, s := range append(extra, h.logs.String()) {
-		if strings.Contains(s, token) {
+		if strings.Contains(s, h.token) {
 			t.Errorf("output %d contains the git token", i)
 		}
 	}

@@ -1,31 +1,48 @@
 #!/bin/sh
 # Creates the three queues with dead-letter queues (redrive after 5
 # receives), the results queue, and the GitOps repository seeded from
-# templates/. Idempotent.
+# templates/. The repository is created with the admin's one-time password
+# (the worker's token may not create repositories) and pushed with the
+# worker's token; the password file is deleted afterwards. Idempotent.
 set -eu
-apk add --no-cache aws-cli git curl >/dev/null
+command -v aws >/dev/null && command -v git >/dev/null && command -v curl >/dev/null ||
+  apk add --no-cache aws-cli git curl >/dev/null
+SETUP_DIR="${SETUP_DIR:-/setup}"
+TEMPLATES_DIR="${TEMPLATES_DIR:-/templates}"
+GITEA_ADMIN="${GITEA_ADMIN:-admin}"
 token=$(cat "$GIT_TOKEN_FILE")
+# AWS_ENDPOINT_URL (LocalStack) as a flag too: version 1 of the CLI ignores
+# the variable.
+sqs() { aws ${AWS_ENDPOINT_URL:+--endpoint-url "$AWS_ENDPOINT_URL"} sqs "$@"; }
 
 for q in argoworkflows-onboarding-queue argoworkflows-offboarding-queue argoworkflows-deployment-queue; do
-  dlq_url=$(aws sqs create-queue --queue-name "$q-dlq" --query QueueUrl --output text)
-  dlq_arn=$(aws sqs get-queue-attributes --queue-url "$dlq_url" --attribute-names QueueArn --query Attributes.QueueArn --output text)
-  aws sqs create-queue --queue-name "$q" \
+  dlq_url=$(sqs create-queue --queue-name "$q-dlq" --query QueueUrl --output text)
+  dlq_arn=$(sqs get-queue-attributes --queue-url "$dlq_url" --attribute-names QueueArn --query Attributes.QueueArn --output text)
+  sqs create-queue --queue-name "$q" \
     --attributes "{\"RedrivePolicy\":\"{\\\"deadLetterTargetArn\\\":\\\"$dlq_arn\\\",\\\"maxReceiveCount\\\":\\\"5\\\"}\",\"VisibilityTimeout\":\"30\"}" >/dev/null
 done
 
-aws sqs create-queue --queue-name tenant-worker-results >/dev/null
+sqs create-queue --queue-name tenant-worker-results >/dev/null
 
-# The token goes in a header, never in a URL or a remote's config.
+# Credentials go in headers (curl reads them from stdin), never in a URL, a
+# command line or a remote's config.
 auth="Authorization: token $token"
-if ! curl -sf -H "$auth" "$GITEA_URL/api/v1/repos/admin/eks-saas-gitops" >/dev/null; then
-  curl -sf -H "$auth" -H 'Content-Type: application/json' -X POST "$GITEA_URL/api/v1/user/repos" \
-    -d '{"name":"eks-saas-gitops","default_branch":"main","private":true}' >/dev/null
+repo="$GITEA_URL/api/v1/repos/$GITEA_ADMIN/eks-saas-gitops"
+if ! printf 'header = "%s"\n' "$auth" | curl -sf -K - "$repo" >/dev/null; then
+  password=$(cat "$SETUP_DIR/admin-password")
+  printf 'user = "%s:%s"\n' "$GITEA_ADMIN" "$password" |
+    curl -sf -K - -H 'Content-Type: application/json' -X POST "$GITEA_URL/api/v1/user/repos" \
+      -d '{"name":"eks-saas-gitops","default_branch":"main","private":true}' >/dev/null
   work=$(mktemp -d)
-  cp -r /templates/application-plane "$work/"
+  cp -r "$TEMPLATES_DIR/application-plane" "$work/"
   cd "$work"
   git init -q -b main
   git add -A
-  git -c user.name=admin -c user.email=admin@example.com commit -qm "Initial GitOps tree"
-  git -c "http.extraHeader=$auth" push -q "$GITEA_URL/admin/eks-saas-gitops.git" main
+  git -c user.name="$GITEA_ADMIN" -c user.email="$GITEA_ADMIN@example.com" commit -qm "Initial GitOps tree"
+  GIT_CONFIG_COUNT=1 GIT_CONFIG_KEY_0=http.extraHeader GIT_CONFIG_VALUE_0="$auth" \
+    git push -q "$GITEA_URL/$GITEA_ADMIN/eks-saas-gitops.git" main
+  cd /
+  rm -rf "$work"
 fi
+rm -f "$SETUP_DIR/admin-password"
 echo "queues and repository ready"

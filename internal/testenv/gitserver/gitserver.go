@@ -226,25 +226,38 @@ func (s *Server) CreateRepo(name, branch string, seed fs.FS) (string, error) {
 	if err := git("", "init", "-q", "--bare", "-b", branch, bare); err != nil {
 		return "", err
 	}
+	if err := Seed(seed, branch, bare); err != nil {
+		return "", err
+	}
+	return s.RepoURL(name), nil
+}
+
+// Seed pushes the files of seed as one commit to branch of remote; config
+// (such as "http.extraHeader=...") is given to the push as -c options.
+func Seed(seed fs.FS, branch, remote string, config ...string) error {
 	work, err := os.MkdirTemp("", "gitserver-seed-")
 	if err != nil {
-		return "", err
+		return err
 	}
 	defer os.RemoveAll(work)
 	if err := os.CopyFS(work, seed); err != nil {
-		return "", fmt.Errorf("copy seed: %w", err)
+		return fmt.Errorf("copy seed: %w", err)
+	}
+	var push []string
+	for _, c := range config {
+		push = append(push, "-c", c)
 	}
 	for _, args := range [][]string{
 		{"init", "-q", "-b", branch},
 		{"add", "-A"},
 		{"commit", "-q", "-m", "Initial GitOps tree"},
-		{"push", "-q", bare, branch},
+		append(push, "push", "-q", remote, branch),
 	} {
 		if err := git(work, args...); err != nil {
-			return "", err
+			return err
 		}
 	}
-	return s.RepoURL(name), nil
+	return nil
 }
 
 // git runs the git command line with a fixed identity.
@@ -267,7 +280,12 @@ func Git(dir string, args ...string) error { return git(dir, args...) }
 // Output runs a git command against the bare repository name and returns
 // its output, for tests that read what the worker pushed.
 func (s *Server) Output(name string, args ...string) (string, error) {
-	cmd := exec.Command("git", append([]string{"--git-dir", s.RepoPath(name)}, args...)...)
+	return OutputIn(s.RepoPath(name), args...)
+}
+
+// OutputIn runs a git command against the bare repository at gitDir.
+func OutputIn(gitDir string, args ...string) (string, error) {
+	cmd := exec.Command("git", append([]string{"--git-dir", gitDir}, args...)...)
 	out, err := cmd.CombinedOutput()
 	if err != nil {
 		return "", fmt.Errorf("git %s: %w: %s", strings.Join(args, " "), err, out)
@@ -277,10 +295,16 @@ func (s *Server) Output(name string, args ...string) (string, error) {
 
 // WriteFile commits content at path on branch of repository name directly
 // in the bare repository, as another writer (a person, or Flux image
-// automation) would. It builds the commit with git's plumbing (no clone)
-// and moves the branch with a compare-and-swap, trying again when another
-// writer moved it in between.
+// automation) would; see CommitFile.
 func (s *Server) WriteFile(name, branch, path, content, msg string) error {
+	return CommitFile(s.RepoPath(name), branch, path, content, msg)
+}
+
+// CommitFile commits content at path on branch of the bare repository at
+// gitDir. It builds the commit with git's plumbing (no clone) and moves the
+// branch with a compare-and-swap, trying again when another writer moved
+// it in between.
+func CommitFile(gitDir, branch, path, content, msg string) error {
 	index, err := os.CreateTemp("", "gitserver-index-")
 	if err != nil {
 		return err
@@ -289,7 +313,7 @@ func (s *Server) WriteFile(name, branch, path, content, msg string) error {
 	defer os.Remove(index.Name())
 	ref := "refs/heads/" + branch
 	run := func(stdin string, args ...string) (string, error) {
-		cmd := exec.Command("git", append([]string{"--git-dir", s.RepoPath(name)}, args...)...)
+		cmd := exec.Command("git", append([]string{"--git-dir", gitDir}, args...)...)
 		cmd.Env = append(os.Environ(), "GIT_INDEX_FILE="+index.Name(),
 			"GIT_AUTHOR_NAME=writer", "GIT_AUTHOR_EMAIL=writer@example.com",
 			"GIT_COMMITTER_NAME=writer", "GIT_COMMITTER_EMAIL=writer@example.com")
