@@ -45,15 +45,22 @@ $(GITEA):
 
 # Debian packages the tests run: Chromium (the status page in a real
 # browser), gnupg and openssh-client (keys made and signatures checked by
-# gpg, ssh-keygen and git verify-commit). Installed only when missing.
-DEBS          := chromium:chromium gpg:gnupg gpg-agent:gpg-agent ssh-keygen:openssh-client
+# gpg, ssh-keygen and git verify-commit), openssh-server (sshd with
+# git-shell, a plain SSH git server the tests start on loopback). Installed
+# only when missing; the package's own sshd service is kept from starting
+# (policy-rc.d), so nothing listens beyond what the tests start.
+DEBS          := chromium:chromium gpg:gnupg gpg-agent:gpg-agent ssh-keygen:openssh-client ssh-keyscan:openssh-client \
+                 /usr/sbin/sshd:openssh-server
 debs:
-	@missing=$$(for d in $(DEBS); do command -v $${d%%:*} >/dev/null || echo $${d#*:}; done); \
+	@missing=$$(for d in $(DEBS); do command -v $${d%%:*} >/dev/null || echo $${d#*:}; done | sort -u); \
 	if [ -n "$$missing" ]; then \
 		SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
-		echo "installing Debian packages: $$missing"; \
+		echo "installing Debian packages:" $$missing; \
+		policy=; if [ ! -e /usr/sbin/policy-rc.d ]; then \
+			printf '#!/bin/sh\nexit 101\n' | $$SUDO tee /usr/sbin/policy-rc.d >/dev/null && $$SUDO chmod +x /usr/sbin/policy-rc.d && policy=1; fi; \
 		$$SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends $$missing \
 		|| { $$SUDO apt-get update && $$SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends $$missing; }; \
+		status=$$?; [ -z "$$policy" ] || $$SUDO rm -f /usr/sbin/policy-rc.d; exit $$status; \
 	fi
 
 run: tools build

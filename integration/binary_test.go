@@ -89,6 +89,24 @@ func (h *harness) spawnIn(cloneDir string, shared *syncBuffer, extraEnv ...strin
 // launch starts a worker process as spawnIn does and reports a failure to
 // start as an error, so that goroutines other than the test's may call it.
 func (h *harness) launch(cloneDir string, shared *syncBuffer, extraEnv ...string) (*process, error) {
+	return h.launchProcess(false, cloneDir, shared, extraEnv...)
+}
+
+// startUnready starts the worker binary as startBinary does, without
+// waiting for it to consume its queues (it may never: a test of a worker
+// that cannot open its repository).
+func (h *harness) startUnready(extraEnv ...string) *process {
+	h.t.Helper()
+	p, err := h.launchProcess(true, h.cloneDir, nil, extraEnv...)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	return p
+}
+
+// launchProcess is launch, waiting for the worker to consume its queues
+// unless noWait.
+func (h *harness) launchProcess(noWait bool, cloneDir string, shared *syncBuffer, extraEnv ...string) (*process, error) {
 	tokenFile := filepath.Join(h.t.TempDir(), "git-token")
 	if err := os.WriteFile(tokenFile, []byte(h.token+"\n"), 0o600); err != nil {
 		return nil, err
@@ -121,6 +139,9 @@ func (h *harness) launch(cloneDir string, shared *syncBuffer, extraEnv ...string
 		_ = cmd.Process.Kill()
 		<-p.done
 	})
+	if noWait {
+		return p, nil
+	}
 	deadline := time.Now().Add(20 * time.Second)
 	for len(p.logs.lines("message", "consuming queue")) < 3 {
 		if time.Now().After(deadline) {

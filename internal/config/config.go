@@ -8,10 +8,14 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"net"
 	"net/url"
+	"regexp"
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/go-git/go-git/v5/plumbing/transport"
 
 	"github.com/tenant-worker/tenant-worker/internal/credentials"
 	"github.com/tenant-worker/tenant-worker/internal/message"
@@ -31,6 +35,11 @@ type Options struct {
 	GitTokenFile string
 	// GitSigningKeyFile holds an armored OpenPGP or an OpenSSH private key;
 	// when set, every commit is signed with it.
+	// GitSSHKeyFile, with GitKnownHostsFile, authenticates an ssh:// or
+	// scp-like GIT_REPO_URL with a deploy key; host keys are pinned.
+	GitSSHKeyFile            string
+	GitSSHKeyPassphraseFile  string
+	GitKnownHostsFile        string
 	GitSigningKeyFile        string
 	GitSigningPassphraseFile string
 	GitAuthorName            string
@@ -148,6 +157,9 @@ func (o *Options) BindGroups(fs *flag.FlagSet, getenv func(string) string, group
 		str(&o.GitBranch, "git-branch", "GIT_BRANCH", "branch Flux watches")
 		str(&o.GitUsername, "git-username", "GIT_USERNAME", "user name sent with the token")
 		str(&o.GitTokenFile, "git-token-file", "GIT_TOKEN_FILE", "file holding the git token (or set GIT_TOKEN; there is no token flag)")
+		str(&o.GitSSHKeyFile, "git-ssh-key-file", "GIT_SSH_KEY_FILE", "OpenSSH private key (a deploy key) for an ssh:// or user@host:path GIT_REPO_URL")
+		str(&o.GitSSHKeyPassphraseFile, "git-ssh-key-passphrase-file", "GIT_SSH_KEY_PASSPHRASE_FILE", "file holding the SSH key's passphrase, if it is encrypted")
+		str(&o.GitKnownHostsFile, "git-known-hosts-file", "GIT_KNOWN_HOSTS_FILE", "known_hosts file pinning the SSH server's host keys (required with SSH; no host key is accepted otherwise)")
 		str(&o.GitSigningKeyFile, "git-signing-key-file", "GIT_SIGNING_KEY_FILE", "file holding an armored OpenPGP or an OpenSSH private key that signs every commit; empty signs none")
 		str(&o.GitSigningPassphraseFile, "git-signing-passphrase-file", "GIT_SIGNING_PASSPHRASE_FILE", "file holding the signing key's passphrase, if it is encrypted")
 		str(&o.GitAuthorName, "git-author-name", "GIT_AUTHOR_NAME", "commit author name")
@@ -218,6 +230,16 @@ func (o *Options) ValidateGroups(groups Group) error {
 	if o.GitToken != "" && o.GitTokenFile != "" {
 		errs = append(errs, errors.New("set GIT_TOKEN or GIT_TOKEN_FILE, not both"))
 	}
+	if isSSH(o.GitRepoURL) {
+		if o.GitSSHKeyFile == "" || o.GitKnownHostsFile == "" {
+			errs = append(errs, errors.New("an SSH GIT_REPO_URL needs GIT_SSH_KEY_FILE and GIT_KNOWN_HOSTS_FILE (host keys are always pinned)"))
+		}
+		if o.GitToken != "" || o.GitTokenFile != "" {
+			errs = append(errs, errors.New("GIT_TOKEN and GIT_TOKEN_FILE are for HTTP(S) URLs; an SSH GIT_REPO_URL uses GIT_SSH_KEY_FILE"))
+		}
+	} else if o.GitSSHKeyFile != "" || o.GitKnownHostsFile != "" || o.GitSSHKeyPassphraseFile != "" {
+		errs = append(errs, errors.New("GIT_SSH_KEY_FILE, GIT_SSH_KEY_PASSPHRASE_FILE and GIT_KNOWN_HOSTS_FILE need an ssh:// or user@host:path GIT_REPO_URL"))
+	}
 	if o.GitSigningPassphraseFile != "" && o.GitSigningKeyFile == "" {
 		errs = append(errs, errors.New("GIT_SIGNING_PASSPHRASE_FILE is set without GIT_SIGNING_KEY_FILE"))
 	}
@@ -261,6 +283,18 @@ func (o *Options) ValidateGroups(groups Group) error {
 // GIT_TOKEN_FILE, read again when the file changes or the server refuses
 // it, or the fixed GIT_TOKEN. onSecret is called with every token read.
 func (o *Options) Credentials(onSecret func(string)) (credentials.Provider, error) {
+	if isSSH(o.GitRepoURL) {
+		ep, err := transport.NewEndpoint(o.GitRepoURL)
+		if err != nil {
+			return nil, fmt.Errorf("GIT_REPO_URL: %w", err)
+		}
+		port := ep.Port
+		if port == 0 {
+			port = 22
+		}
+		return credentials.SSHKeyFile(ep.User, net.JoinHostPort(ep.Host, strconv.Itoa(port)),
+			o.GitSSHKeyFile, o.GitSSHKeyPassphraseFile, o.GitKnownHostsFile, onSecret)
+	}
 	if o.GitTokenFile == "" {
 		tok := strings.TrimSpace(o.GitToken)
 		if onSecret != nil {
@@ -289,16 +323,30 @@ func repoURLErrors(raw string) []error {
 	if raw == "" {
 		return []error{errors.New("GIT_REPO_URL is required")}
 	}
+	if isSSH(raw) && !strings.HasPrefix(raw, "ssh://") {
+		if _, err := transport.NewEndpoint(raw); err != nil {
+			return []error{errors.New("GIT_REPO_URL is not a usable user@host:path address")}
+		}
+		return nil
+	}
 	u, err := url.Parse(raw)
 	if err != nil {
 		return []error{errors.New("GIT_REPO_URL is not a URL")}
 	}
 	var errs []error
-	if u.User != nil {
+	if _, hasPassword := u.User.Password(); hasPassword || (u.User != nil && u.Scheme != "ssh") {
 		errs = append(errs, errors.New("GIT_REPO_URL must not hold credentials: put the token in GIT_TOKEN_FILE or GIT_TOKEN"))
 	}
-	if u.Scheme != "http" && u.Scheme != "https" && u.Scheme != "file" {
-		errs = append(errs, fmt.Errorf("GIT_REPO_URL scheme %q is not supported (http, https or file)", u.Scheme))
+	if u.Scheme != "http" && u.Scheme != "https" && u.Scheme != "file" && u.Scheme != "ssh" {
+		errs = append(errs, fmt.Errorf("GIT_REPO_URL scheme %q is not supported (http, https, ssh, user@host:path or file)", u.Scheme))
 	}
 	return errs
+}
+
+// scpLike matches git's scp-like SSH address, user@host:path.
+var scpLike = regexp.MustCompile(`^(?:[^@/:]+@)?[^@/:]+:[^/]`)
+
+// isSSH reports whether raw is an ssh:// URL or an scp-like address.
+func isSSH(raw string) bool {
+	return strings.HasPrefix(raw, "ssh://") || (!strings.Contains(raw, "://") && scpLike.MatchString(raw))
 }

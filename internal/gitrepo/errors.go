@@ -8,8 +8,10 @@ import (
 	"strings"
 
 	"github.com/go-git/go-git/v5/plumbing/transport"
+	"golang.org/x/crypto/ssh"
 
 	"github.com/tenant-worker/tenant-worker/internal/clip"
+	"github.com/tenant-worker/tenant-worker/internal/credentials"
 )
 
 // Sentinels for the outcomes of network git calls. Only ErrConflict can be
@@ -63,12 +65,34 @@ func classify(op string, err error) error {
 		// read-only token, say). They may quote a URL with credentials:
 		// every surface blanks those (package redact).
 		return fmt.Errorf("%s: %w: %s", op, ErrAuth, clip.String(strings.TrimSpace(err.Error()), 300))
+	case errors.Is(err, credentials.ErrHostKey):
+		// A host key that is not pinned: the operator's to fix, like a
+		// refused credential; never a reason to connect anyway.
+		return fmt.Errorf("%s: %w: %w", op, ErrAuth, err)
+	case hostKeyKinds(err) != nil:
+		neg := hostKeyKinds(err)
+		return fmt.Errorf("%s: %w: %w: the server offers host keys of kinds %v, GIT_KNOWN_HOSTS_FILE pins only %v for it; refusing to connect",
+			op, ErrAuth, credentials.ErrHostKey, neg.RequestedAlgorithms, neg.SupportedAlgorithms)
+	case strings.Contains(err.Error(), "ssh: unable to authenticate"):
+		// x/crypto/ssh has no error type for a refused key; this is its
+		// one wording for it.
+		return fmt.Errorf("%s: %w: the server refused the SSH key (%v)", op, ErrAuth, err)
 	case errors.Is(err, context.DeadlineExceeded):
 		return fmt.Errorf("%s: %w: %v", op, ErrTimeout, err)
 	case errors.Is(err, context.Canceled):
 		return fmt.Errorf("%s: %w", op, err)
 	}
 	return fmt.Errorf("%s: %w: %w", op, ErrUnavailable, err)
+}
+
+// hostKeyKinds is the SSH handshake's failure to agree on a kind of host
+// key: the server has none of the kinds known_hosts pins for it.
+func hostKeyKinds(err error) *ssh.AlgorithmNegotiationError {
+	var neg *ssh.AlgorithmNegotiationError
+	if errors.As(err, &neg) && neg.What == "host key" {
+		return neg
+	}
+	return nil
 }
 
 func notExist(name string) error {

@@ -500,3 +500,32 @@ func tail(b []byte) string {
 	}
 	return string(b)
 }
+
+// SSHURL is the ssh:// URL of repository name on Gitea's built-in SSH
+// server.
+func (s *Server) SSHURL(name string) string {
+	return fmt.Sprintf("ssh://git@127.0.0.1:%d/%s/%s.git", s.SSHPort, Owner, s.current(name))
+}
+
+// AddDeployKey adds an SSH public key (an authorized_keys line) to
+// repository name, with write access unless readOnly.
+func (s *Server) AddDeployKey(name, title, key string, readOnly bool) error {
+	return s.API(http.MethodPost, "/repos/"+Owner+"/"+s.current(name)+"/keys", "", map[string]any{
+		"title": title, "key": strings.TrimSpace(key), "read_only": readOnly,
+	}, nil)
+}
+
+// KnownHosts is what ssh-keyscan reads of Gitea's SSH server: the lines of
+// a known_hosts file that pin its host keys.
+func (s *Server) KnownHosts() (string, error) {
+	var last error
+	for range 50 {
+		out, err := exec.Command("ssh-keyscan", "-p", fmt.Sprint(s.SSHPort), "127.0.0.1").Output()
+		if err == nil && len(bytes.TrimSpace(out)) > 0 {
+			return string(out), nil
+		}
+		last = err
+		time.Sleep(100 * time.Millisecond)
+	}
+	return "", fmt.Errorf("ssh-keyscan of Gitea's SSH server: %v", last)
+}
