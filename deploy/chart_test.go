@@ -121,6 +121,19 @@ func TestChartDefaults(t *testing.T) {
 	}
 }
 
+// TestChartSSH: with git.sshSecret the worker reaches the repository over
+// SSH with a mounted deploy key and known_hosts, and no token.
+func TestChartSSH(t *testing.T) {
+	r := render(t, loadChart(t), map[string]any{"git": map[string]any{
+		"repoUrl":   "ssh://git@gitea-ssh.gitea.svc.cluster.local:22/admin/eks-saas-gitops.git",
+		"sshSecret": map[string]any{"name": "tenant-worker-deploy-key", "passphraseKey": "passphrase"},
+	}})
+	checkPod(t, r)
+	if r.configMap.Data["GIT_SSH_KEY_FILE"] == "" || r.configMap.Data["GIT_SSH_KEY_PASSPHRASE_FILE"] == "" || r.configMap.Data["GIT_TOKEN_FILE"] != "" {
+		t.Errorf("ConfigMap %v", r.configMap.Data)
+	}
+}
+
 func TestChartNonDefaults(t *testing.T) {
 	c := loadChart(t)
 	values := map[string]any{
@@ -282,10 +295,31 @@ func checkPod(t *testing.T, r *rendered) {
 	if r.configMap.Data["GIT_TOKEN"] != "" || strings.Contains(r.raw, "kind: Secret") {
 		t.Error("the chart carries a secret")
 	}
-	tokenDir := strings.TrimSuffix(o.GitTokenFile, "/token")
-	if !mountedAt(ctr, "git-token", tokenDir, true) || volume(d, "git-token").Secret == nil ||
-		volume(d, "git-token").Secret.Items[0].Path != "token" {
-		t.Errorf("GIT_TOKEN_FILE %s is not the mounted Secret", o.GitTokenFile)
+	if o.GitSSHKeyFile == "" {
+		tokenDir := strings.TrimSuffix(o.GitTokenFile, "/token")
+		if !mountedAt(ctr, "git-token", tokenDir, true) || volume(d, "git-token").Secret == nil ||
+			volume(d, "git-token").Secret.Items[0].Path != "token" {
+			t.Errorf("GIT_TOKEN_FILE %s is not the mounted Secret", o.GitTokenFile)
+		}
+	} else {
+		// SSH: the key and known_hosts (and passphrase) are the mounted
+		// Secret, and no token is mounted.
+		v := volume(d, "git-ssh").Secret
+		dir := path.Dir(o.GitSSHKeyFile)
+		if v == nil || !mountedAt(ctr, "git-ssh", dir, true) || path.Dir(o.GitKnownHostsFile) != dir ||
+			volume(d, "git-token").Secret != nil || o.GitTokenFile != "" {
+			t.Errorf("GIT_SSH_KEY_FILE %s / GIT_KNOWN_HOSTS_FILE %s are not the mounted Secret", o.GitSSHKeyFile, o.GitKnownHostsFile)
+		} else {
+			paths := map[string]bool{}
+			for _, it := range v.Items {
+				paths[it.Path] = true
+			}
+			for _, f := range []string{o.GitSSHKeyFile, o.GitKnownHostsFile, o.GitSSHKeyPassphraseFile} {
+				if f != "" && !paths[path.Base(f)] {
+					t.Errorf("%s is not in the mounted Secret", f)
+				}
+			}
+		}
 	}
 
 	// The signing key, when set, is the mounted Secret too.
@@ -390,7 +424,8 @@ func TestChartValuesHoldNoSecret(t *testing.T) {
 			}
 			switch path {
 			case ".git.tokenSecret.name", ".git.tokenSecret.key", ".imagePullSecrets",
-				".git.signingKeySecret.name", ".git.signingKeySecret.key", ".git.signingKeySecret.passphraseKey":
+				".git.signingKeySecret.name", ".git.signingKeySecret.key", ".git.signingKeySecret.passphraseKey",
+				".git.sshSecret.name", ".git.sshSecret.key", ".git.sshSecret.passphraseKey", ".git.sshSecret.knownHostsKey":
 				return
 			}
 			t.Errorf("values%s = %v looks like a secret value", path, v)

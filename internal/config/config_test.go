@@ -93,3 +93,28 @@ func TestCredentials(t *testing.T) {
 		t.Fatal("empty token file accepted")
 	}
 }
+
+// TestSSHSettings: an SSH GIT_REPO_URL (either form) needs a key and a
+// known_hosts file, takes no token, and SSH settings need an SSH URL.
+func TestSSHSettings(t *testing.T) {
+	for _, c := range []struct {
+		env  map[string]string
+		want string // "" accepts
+	}{
+		{map[string]string{"GIT_REPO_URL": "ssh://git@gitea:2222/saas/gitops.git", "GIT_SSH_KEY_FILE": "/k", "GIT_KNOWN_HOSTS_FILE": "/kh"}, ""},
+		{map[string]string{"GIT_REPO_URL": "git@gitea:saas/gitops.git", "GIT_SSH_KEY_FILE": "/k", "GIT_KNOWN_HOSTS_FILE": "/kh"}, ""},
+		{map[string]string{"GIT_REPO_URL": "ssh://git@gitea/saas/gitops.git", "GIT_SSH_KEY_FILE": "/k"}, "GIT_KNOWN_HOSTS_FILE"},
+		{map[string]string{"GIT_REPO_URL": "git@gitea:saas/gitops.git", "GIT_KNOWN_HOSTS_FILE": "/kh"}, "GIT_SSH_KEY_FILE"},
+		{map[string]string{"GIT_REPO_URL": "ssh://git@gitea/x.git", "GIT_SSH_KEY_FILE": "/k", "GIT_KNOWN_HOSTS_FILE": "/kh", "GIT_TOKEN": "t0k3n"}, "for HTTP(S) URLs"},
+		{map[string]string{"GIT_REPO_URL": "https://gitea/x.git", "GIT_SSH_KEY_FILE": "/k"}, "need an ssh://"},
+		{map[string]string{"GIT_REPO_URL": "ssh://git:pw@gitea/x.git", "GIT_SSH_KEY_FILE": "/k", "GIT_KNOWN_HOSTS_FILE": "/kh"}, "must not hold credentials"},
+	} {
+		_, err := bind(t, c.env)
+		switch {
+		case c.want == "" && err != nil:
+			t.Errorf("%v refused: %v", c.env, err)
+		case c.want != "" && (err == nil || !strings.Contains(err.Error(), c.want)):
+			t.Errorf("%v: want an error about %q, got %v", c.env, c.want, err)
+		}
+	}
+}
