@@ -82,7 +82,7 @@ test: tools gitea debs vet fmt-check
 # and memory at 10, 1,000 and 10,000 tenants; prints a table and writes
 # bench/results/<time>.json. Then the cost of one signature by key kind.
 BENCH_FLAGS ?=
-bench: tools build
+bench: tools gitea build
 	$(GO) run ./cmd/bench $(BENCH_FLAGS)
 	$(GO) test -run '^$$' -bench '^BenchmarkSign$$' ./internal/signing/
 

@@ -26,6 +26,10 @@ func run() int {
 	binary := flag.String("binary", "bin/tenant-worker", "the worker binary")
 	script := flag.String("reference-script", "../shared/bench/reference-onboard.sh", "the reference's steps (skipped when missing)")
 	out := flag.String("out", "bench/results", "folder for the JSON results")
+	onGitea := flag.Bool("gitea", true, "also measure against real Gitea (make gitea builds it)")
+	giteaOnboard := flag.Int("gitea-onboardings", 100, "single onboardings per size against Gitea")
+	giteaFloor := flag.Int("gitea-floor", 50, "git CLI pushes and floor commits per size against Gitea")
+	giteaRef := flag.Int("gitea-reference", 20, "reference onboardings per size against Gitea")
 	flag.Parse()
 
 	if *refN < 0 {
@@ -54,7 +58,18 @@ func run() int {
 	opts.SQSEndpint = faux.Endpoint
 	results, err := bench.Run(context.Background(), opts, os.Stderr)
 	fmt.Print(bench.Table(results))
-	if name, werr := bench.WriteJSON(*out, results); werr == nil && len(results) > 0 {
+	var giteaResults []bench.GiteaResult
+	if err == nil && *onGitea {
+		g := opts
+		g.Onboard, g.Floor, g.Reference = *giteaOnboard, *giteaFloor, *giteaRef
+		if g.RefScript == "" {
+			g.Reference = 0
+		}
+		giteaResults, err = bench.RunGitea(context.Background(), g, os.Stderr)
+		fmt.Println()
+		fmt.Print(bench.GiteaTable(giteaResults))
+	}
+	if name, werr := bench.WriteJSON(*out, results, giteaResults); werr == nil && len(results) > 0 {
 		fmt.Println("results written to", name)
 	}
 	if err != nil {

@@ -8,6 +8,7 @@ package bench
 import (
 	"context"
 	"fmt"
+	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -74,7 +75,7 @@ type SizeResult struct {
 
 // seedRepo makes a bare repository holding the reference tree plus n
 // premium tenants, as ../shared/bench/seed-repo.sh does.
-func seedRepo(srv *gitserver.Server, name string, n int) error {
+func seedRepo(srv repoCreator, name string, n int) error {
 	m, err := templates.Files()
 	if err != nil {
 		return err
@@ -108,19 +109,24 @@ func seedRepo(srv *gitserver.Server, name string, n int) error {
 	return err
 }
 
+// repoCreator is a git server that makes seeded repositories: git's
+// smart-HTTP server or Gitea.
+type repoCreator interface {
+	CreateRepo(name, branch string, seed fs.FS) (string, error)
+}
+
 // refWatcher reports when the branch of a bare repository moves, by reading
 // its ref file (git updates it in place on every push).
 type refWatcher struct {
-	srv  *gitserver.Server
-	name string
+	dir string // the bare repository
 }
 
 func (w refWatcher) head() string {
-	b, err := os.ReadFile(filepath.Join(w.srv.RepoPath(w.name), "refs", "heads", "main"))
+	b, err := os.ReadFile(filepath.Join(w.dir, "refs", "heads", "main"))
 	if err == nil {
 		return strings.TrimSpace(string(b))
 	}
-	out, _ := w.srv.Output(w.name, "rev-parse", "main")
+	out, _ := gitserver.OutputIn(w.dir, "rev-parse", "main")
 	return strings.TrimSpace(out)
 }
 
@@ -144,8 +150,8 @@ type floorRepo struct {
 	repo *gitrepo.Repo
 }
 
-func openFloor(ctx context.Context, url string) (*floorRepo, error) {
-	repo, err := gitrepo.Open(ctx, gitrepo.Options{URL: url, Branch: "main", AuthorName: "bench",
+func openFloor(ctx context.Context, url, token string) (*floorRepo, error) {
+	repo, err := gitrepo.Open(ctx, gitrepo.Options{URL: url, Branch: "main", Token: token, AuthorName: "bench",
 		AuthorEmail: "bench@example.com", WalkingPush: true})
 	if err != nil {
 		return nil, err

@@ -44,10 +44,10 @@ type sizeRun struct {
 }
 
 // watch reports when the worker's branch moves.
-func (s *sizeRun) watch() refWatcher { return refWatcher{srv: s.srv, name: "worker.git"} }
+func (s *sizeRun) watch() refWatcher { return refWatcher{dir: s.srv.RepoPath("worker.git")} }
 
 // watchSigned reports when the signing worker's branch moves.
-func (s *sizeRun) watchSigned() refWatcher { return refWatcher{srv: s.srv, name: "signed.git"} }
+func (s *sizeRun) watchSigned() refWatcher { return refWatcher{dir: s.srv.RepoPath("signed.git")} }
 
 func (s *sizeRun) close() {
 	for _, w := range []*worker{s.w, s.signed} {
@@ -184,7 +184,7 @@ func writeSigningKey(dir string) (string, error) {
 func floors(ctx context.Context, runs []*sizeRun, n int) error {
 	var fs []*floorRepo
 	for _, r := range runs {
-		f, err := openFloor(ctx, r.srv.RepoURL("floor.git"))
+		f, err := openFloor(ctx, r.srv.RepoURL("floor.git"), "")
 		if err != nil {
 			return fmt.Errorf("floor at %d tenants: %w", r.res.Tenants, err)
 		}
@@ -384,12 +384,12 @@ func startWorker(binary, repoURL, endpoint string, queues []string, env ...strin
 }
 
 // WriteJSON writes the results under dir, named by the time.
-func WriteJSON(dir string, results []SizeResult) (string, error) {
+func WriteJSON(dir string, results []SizeResult, onGitea []GiteaResult) (string, error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return "", err
 	}
 	name := fmt.Sprintf("%s/%s.json", dir, time.Now().UTC().Format("20060102T150405Z"))
-	b, err := json.MarshalIndent(map[string]any{"time": time.Now().UTC(), "results": results}, "", "  ")
+	b, err := json.MarshalIndent(map[string]any{"time": time.Now().UTC(), "results": results, "gitea": onGitea}, "", "  ")
 	if err != nil {
 		return "", err
 	}

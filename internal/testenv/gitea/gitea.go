@@ -529,3 +529,15 @@ func (s *Server) KnownHosts() (string, error) {
 	}
 	return "", fmt.Errorf("ssh-keyscan of Gitea's SSH server: %v", last)
 }
+
+// DirectURL is the clone URL of repository name on Gitea itself, without
+// the proxy (for measurements).
+func (s *Server) DirectURL(name string) string {
+	return "http://" + s.gitea + "/" + Owner + "/" + s.current(name) + ".git"
+}
+
+// CredentialURL is DirectURL with the owner's token in it, for the git
+// command line of a benchmark; never for the worker.
+func (s *Server) CredentialURL(name string) string {
+	return "http://" + Owner + ":" + s.Token + "@" + s.gitea + "/" + Owner + "/" + s.current(name) + ".git"
+}
