@@ -13,6 +13,48 @@ import (
 	"github.com/compose-spec/compose-go/v2/types"
 )
 
+// TestComposeSSH loads docker-compose.yaml with docker-compose.ssh.yaml:
+// the worker's settings are those of a deploy key and pinned host keys,
+// all accepted, and init writes the files the worker reads.
+func TestComposeSSH(t *testing.T) {
+	root, err := filepath.Abs("..")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := loader.LoadWithContext(context.Background(), types.ConfigDetails{
+		WorkingDir: root,
+		ConfigFiles: []types.ConfigFile{{Filename: filepath.Join(root, "docker-compose.yaml")},
+			{Filename: filepath.Join(root, "docker-compose.ssh.yaml")}},
+		Environment: types.Mapping{},
+	}, func(o *loader.Options) { o.SetProjectName("tenant-worker", true) })
+	if err != nil {
+		t.Fatalf("load the SSH variant: %v", err)
+	}
+	w, err := p.GetService("worker")
+	if err != nil {
+		t.Fatal(err)
+	}
+	env := map[string]string{}
+	for k, v := range w.Environment {
+		if v != nil {
+			env[k] = *v
+		}
+	}
+	o := checkSettings(t, "the compose worker over SSH", env)
+	if !strings.HasPrefix(o.GitRepoURL, "ssh://") || o.GitTokenFile != "" {
+		t.Errorf("the SSH variant's worker: %s, token file %q", o.GitRepoURL, o.GitTokenFile)
+	}
+	init, err := p.GetService("init")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for k, want := range map[string]string{"GIT_SSH_KEY_FILE": o.GitSSHKeyFile, "GIT_KNOWN_HOSTS_FILE": o.GitKnownHostsFile} {
+		if v := init.Environment[k]; v == nil || *v != want {
+			t.Errorf("init writes %s to %v, the worker reads %s", k, v, want)
+		}
+	}
+}
+
 // TestCompose loads docker-compose.yaml with compose-go (the loader Docker
 // Compose itself uses) and checks the services, their ordering, ports, and
 // that the worker gets every setting it reads.

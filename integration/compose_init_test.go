@@ -3,6 +3,7 @@ package integration
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
 	"os"
 	"os/exec"
@@ -25,6 +26,8 @@ import (
 // worker starts with the compose settings and applies a message; the
 // worker's token may push but not create repositories; the admin's
 // one-time password is gone; a second run of both scripts changes nothing.
+// The SSH variant (docker-compose.ssh.yaml) too: init makes a deploy key
+// and pins Gitea's host key, and a worker pushes with them.
 func TestComposeInitScripts(t *testing.T) {
 	g, err := gitea.Start(t.TempDir())
 	if err != nil {
@@ -50,6 +53,9 @@ func TestComposeInitScripts(t *testing.T) {
 		"TEMPLATES_DIR="+filepath.Join("..", "templates"),
 		"AWS_ACCESS_KEY_ID=test", "AWS_SECRET_ACCESS_KEY=test", "AWS_DEFAULT_REGION=us-east-1",
 		"AWS_ENDPOINT_URL="+sqsEndpoint, "GITEA_URL="+g.URL, "GIT_TOKEN_FILE="+filepath.Join(secrets, "git-token"),
+		// docker-compose.ssh.yaml's settings of init, on this Gitea.
+		"GIT_SSH_KEY_FILE="+filepath.Join(secrets, "ssh-key"), "GIT_KNOWN_HOSTS_FILE="+filepath.Join(secrets, "known_hosts"),
+		"GITEA_SSH_HOST=127.0.0.1", fmt.Sprintf("GITEA_SSH_PORT=%d", g.SSHPort),
 	)
 	run := func(script string) string {
 		t.Helper()
@@ -93,35 +99,47 @@ func TestComposeInitScripts(t *testing.T) {
 		"argoworkflows-onboarding-queue-dlq"} {
 		queue(q)
 	}
-	cmd := exec.Command(workerBinary(t), "run")
-	cmd.Env = []string{
-		"PATH=" + os.Getenv("PATH"), "HOME=" + os.TempDir(),
-		"AWS_REGION=us-east-1", "AWS_ACCESS_KEY_ID=test", "AWS_SECRET_ACCESS_KEY=test", "AWS_ENDPOINT_URL_SQS=" + sqsEndpoint,
-		"GIT_REPO_URL=" + g.URL + "/admin/eks-saas-gitops.git", "GIT_USERNAME=admin",
-		"GIT_TOKEN_FILE=" + filepath.Join(secrets, "git-token"), "GITOPS_ROOT=application-plane/production",
-		"RESULTS_QUEUE=tenant-worker-results", "HTTP_ADDR=127.0.0.1:0", "SQS_WAIT_TIME=1s",
-	}
-	logs := &syncBuffer{}
-	cmd.Stdout, cmd.Stderr = logs, logs
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
-	if _, err := sqsClient().SendMessage(context.Background(), &sqs.SendMessageInput{
-		QueueUrl:    aws.String(queue("argoworkflows-onboarding-queue")),
-		MessageBody: aws.String(`{"tenant_id":"tenant-1","tenant_tier":"premium","release_version":"0.0"}`),
-	}); err != nil {
-		t.Fatal(err)
-	}
-	deadline := time.Now().Add(60 * time.Second)
-	for len(logs.lines("message", "tenant change pushed")) == 0 {
-		if time.Now().After(deadline) {
-			t.Fatalf("the compose worker applied nothing:\n%s", tail(logs.String(), 4000))
+	// The worker with docker-compose.yaml's settings (a token), then with
+	// docker-compose.ssh.yaml's (the deploy key and known_hosts init made).
+	onboarding := queue("argoworkflows-onboarding-queue")
+	for i, variant := range [][]string{
+		{"GIT_REPO_URL=" + g.URL + "/admin/eks-saas-gitops.git", "GIT_TOKEN_FILE=" + filepath.Join(secrets, "git-token")},
+		{fmt.Sprintf("GIT_REPO_URL=ssh://git@127.0.0.1:%d/admin/eks-saas-gitops.git", g.SSHPort),
+			"GIT_SSH_KEY_FILE=" + filepath.Join(secrets, "ssh-key"), "GIT_KNOWN_HOSTS_FILE=" + filepath.Join(secrets, "known_hosts")},
+	} {
+		cmd := exec.Command(workerBinary(t), "run")
+		cmd.Env = append([]string{
+			"PATH=" + os.Getenv("PATH"), "HOME=" + os.TempDir(),
+			"AWS_REGION=us-east-1", "AWS_ACCESS_KEY_ID=test", "AWS_SECRET_ACCESS_KEY=test", "AWS_ENDPOINT_URL_SQS=" + sqsEndpoint,
+			"GIT_USERNAME=admin", "GITOPS_ROOT=application-plane/production",
+			"RESULTS_QUEUE=tenant-worker-results", "HTTP_ADDR=127.0.0.1:0", "SQS_WAIT_TIME=1s",
+		}, variant...)
+		logs := &syncBuffer{}
+		cmd.Stdout, cmd.Stderr = logs, logs
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
 		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	if strings.Contains(logs.String(), workerToken) {
-		t.Fatal("the worker printed its token")
+		done := make(chan struct{})
+		go func() { _ = cmd.Wait(); close(done) }()
+		stop := func() { _ = cmd.Process.Kill(); <-done }
+		t.Cleanup(stop)
+		if _, err := sqsClient().SendMessage(context.Background(), &sqs.SendMessageInput{
+			QueueUrl:    aws.String(onboarding),
+			MessageBody: aws.String(fmt.Sprintf(`{"tenant_id":"tenant-%d","tenant_tier":"premium","release_version":"0.0"}`, i+1)),
+		}); err != nil {
+			t.Fatal(err)
+		}
+		deadline := time.Now().Add(60 * time.Second)
+		for len(logs.lines("message", "tenant change pushed")) == 0 {
+			if time.Now().After(deadline) {
+				t.Fatalf("the compose worker (%s) applied nothing:\n%s", variant[0], tail(logs.String(), 4000))
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+		if strings.Contains(logs.String(), workerToken) {
+			t.Fatal("the worker printed its token")
+		}
+		stop()
 	}
 
 	// Again: both scripts are idempotent.

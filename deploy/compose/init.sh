@@ -44,5 +44,21 @@ if ! printf 'header = "%s"\n' "$auth" | curl -sf -K - "$repo" >/dev/null; then
   cd /
   rm -rf "$work"
 fi
+# The SSH variant (docker-compose.ssh.yaml): a deploy key with write access
+# for the worker, and known_hosts pinning Gitea's SSH host key as read now,
+# at setup, on the compose network.
+if [ -n "${GIT_SSH_KEY_FILE:-}" ] && [ ! -s "$GIT_SSH_KEY_FILE" ]; then
+  command -v ssh-keygen >/dev/null || apk add --no-cache openssh-keygen openssh-client >/dev/null
+  password=$(cat "$SETUP_DIR/admin-password")
+  ssh-keygen -q -t ed25519 -N "" -C tenant-worker -f "$GIT_SSH_KEY_FILE.new"
+  printf 'user = "%s:%s"\n' "$GITEA_ADMIN" "$password" |
+    curl -sf -K - -H 'Content-Type: application/json' -X POST "$repo/keys" \
+      -d "{\"title\":\"tenant-worker\",\"key\":\"$(cat "$GIT_SSH_KEY_FILE.new.pub")\",\"read_only\":false}" >/dev/null
+  ssh-keyscan -p "${GITEA_SSH_PORT:-22}" "${GITEA_SSH_HOST:-gitea}" 2>/dev/null > "$GIT_KNOWN_HOSTS_FILE.new"
+  [ -s "$GIT_KNOWN_HOSTS_FILE.new" ]
+  mv "$GIT_KNOWN_HOSTS_FILE.new" "$GIT_KNOWN_HOSTS_FILE"
+  mv "$GIT_SSH_KEY_FILE.new" "$GIT_SSH_KEY_FILE"
+  rm -f "$GIT_SSH_KEY_FILE.new.pub"
+fi
 rm -f "$SETUP_DIR/admin-password"
 echo "queues and repository ready"
