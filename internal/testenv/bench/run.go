@@ -358,6 +358,8 @@ func startWorker(binary, repoURL, endpoint string, queues []string, env ...strin
 		"GIT_REPO_URL=" + repoURL, "HTTP_ADDR=127.0.0.1:0", "SQS_WAIT_TIME=20s",
 	}
 	w.cmd.Env = append(w.cmd.Env, env...)
+	// BENCH_WORKER_ENV adds settings to every worker (such as MAX_BATCH=200).
+	w.cmd.Env = append(w.cmd.Env, strings.Fields(os.Getenv("BENCH_WORKER_ENV"))...)
 	if os.Getenv("BENCH_WORKER_LOG") != "" {
 		// The per-batch step durations are logged at debug level; stop
 		// appends the log to the file BENCH_WORKER_LOG names.
