@@ -102,6 +102,13 @@ func TestSSHDeployKeys(t *testing.T) {
 			write(t, passFile, keyPassphrase+"\n")
 
 			p := h.startBinary(sshEnv(t, target, keyFile, passFile, target.knownHosts)...)
+			fp, err := exec.Command("ssh-keygen", "-l", "-E", "sha256", "-f", keyFile+".pub").Output()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if l := p.logs.lines("message", "authenticating with an SSH deploy key"); len(l) != 1 || l[0]["fingerprint"] != strings.Fields(string(fp))[1] {
+				t.Errorf("start log %v, want the deploy key's fingerprint %s", l, strings.Fields(string(fp))[1])
+			}
 			ids := []string{
 				h.send(h.q.onboarding, `{"tenant_id":"tenant-1","tenant_tier":"premium","release_version":"0.0"}`),
 				h.send(h.q.onboarding, `{"tenant_id":"tenant-2","tenant_tier":"basic","release_version":"0.0"}`),

@@ -127,6 +127,10 @@ func Run(ctx context.Context, c Config) error {
 	if c.Signer != nil {
 		log.Info().Str("format", string(c.Signer.Format())).Str("fingerprint", c.Signer.Fingerprint()).Msg("signing every commit")
 	}
+	if k, ok := c.Credentials.(interface{ Fingerprint() string }); ok {
+		// An SSH deploy key: the fingerprint the git server shows for it.
+		log.Info().Str("fingerprint", k.Fingerprint()).Msg("authenticating with an SSH deploy key")
+	}
 
 	var repo *gitrepo.Repo
 	err := retry(ctx, "open the GitOps repository", func() error {

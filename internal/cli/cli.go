@@ -69,7 +69,7 @@ func Main(args []string, stdout, stderr io.Writer, getenv func(string) string) i
 // worker answered, and neither may show the token.
 func addSecrets(getenv func(string) string) {
 	redact.Add(getenv("GIT_TOKEN"))
-	for _, file := range []string{getenv("GIT_TOKEN_FILE"), getenv("GIT_SIGNING_PASSPHRASE_FILE")} {
+	for _, file := range []string{getenv("GIT_TOKEN_FILE"), getenv("GIT_SIGNING_PASSPHRASE_FILE"), getenv("GIT_SSH_KEY_PASSPHRASE_FILE")} {
 		if file == "" {
 			continue
 		}

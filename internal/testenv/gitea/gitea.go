@@ -284,14 +284,9 @@ func (s *Server) NewToken(name, scopes string) (string, error) {
 	return strings.TrimSpace(lines[len(lines)-1]), nil
 }
 
-// CLI runs a gitea subcommand against this server's configuration and work
-// folder, as an operator's script would.
-func (s *Server) CLI(args ...string) (string, error) { return s.cli(args...) }
-
-// ConfigPath and WorkPath are what the gitea CLI takes as --config and
-// --work-path.
-func (s *Server) ConfigPath() string { return s.config }
-func (s *Server) WorkPath() string   { return s.work }
+// WorkPath is Gitea's work folder: what the gitea CLI takes as
+// GITEA_WORK_DIR (its configuration is in custom/conf/app.ini there).
+func (s *Server) WorkPath() string { return s.work }
 
 // Close stops Gitea with SIGTERM (SIGKILL after 15 s) and the proxy.
 func (s *Server) Close() error {
