@@ -24,10 +24,10 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
-	"syscall"
 	"time"
 
 	"github.com/tenant-worker/tenant-worker/internal/testenv/gitserver"
+	"github.com/tenant-worker/tenant-worker/internal/testenv/loopback"
 )
 
 // Version is the Gitea release the Makefile builds.
@@ -99,12 +99,12 @@ func Start(dir string) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	httpPort, err := freePort()
+	httpPort, err := loopback.FreePort()
 	if err != nil {
 		proxyLn.Close()
 		return nil, err
 	}
-	if s.SSHPort, err = freePort(); err != nil {
+	if s.SSHPort, err = loopback.FreePort(); err != nil {
 		proxyLn.Close()
 		return nil, err
 	}
@@ -290,14 +290,8 @@ func (s *Server) WorkPath() string { return s.work }
 
 // Close stops Gitea with SIGTERM (SIGKILL after 15 s) and the proxy.
 func (s *Server) Close() error {
-	if s.cmd != nil && s.cmd.Process != nil {
-		_ = s.cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case <-s.done:
-		case <-time.After(15 * time.Second):
-			_ = s.cmd.Process.Kill()
-			<-s.done
-		}
+	if s.cmd != nil {
+		loopback.Stop(s.cmd, s.done, 15*time.Second)
 		s.cmd = nil
 	}
 	if s.proxy != nil {
@@ -472,15 +466,6 @@ func (s *Server) GetCommit(name, sha string) (Commit, error) {
 	var c Commit
 	err := s.API(http.MethodGet, "/repos/"+Owner+"/"+s.current(name)+"/git/commits/"+sha, "", nil, &c)
 	return c, err
-}
-
-func freePort() (int, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port, nil
 }
 
 func randomHex(n int) string {

@@ -14,8 +14,9 @@ import (
 	"os/user"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"time"
+
+	"github.com/tenant-worker/tenant-worker/internal/testenv/loopback"
 )
 
 // Server is a running sshd.
@@ -79,7 +80,7 @@ func Start(dir string, writers, readers []string) (*Server, error) {
 	if err := os.WriteFile(authorized, []byte(keys.String()), 0o600); err != nil {
 		return nil, err
 	}
-	port, err := freePort()
+	port, err := loopback.FreePort()
 	if err != nil {
 		return nil, err
 	}
@@ -145,25 +146,7 @@ func (s *Server) URL(path string) string { return "ssh://" + s.User + "@" + s.Ad
 
 // Close stops sshd by its PID.
 func (s *Server) Close() error {
-	if s.cmd == nil || s.cmd.Process == nil {
-		return nil
-	}
-	_ = s.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-s.done:
-	case <-time.After(10 * time.Second):
-		_ = s.cmd.Process.Kill()
-		<-s.done
-	}
+	loopback.Stop(s.cmd, s.done, 10*time.Second)
 	s.cmd = nil
 	return nil
-}
-
-func freePort() (int, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port, nil
 }
