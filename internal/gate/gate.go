@@ -50,9 +50,12 @@ type Gate struct {
 	fault  *Fault
 	open   chan struct{} // closed while the gate is open
 	closed chan struct{} // closed while the gate is closed
-	// OnChange, if set, is called (without the lock) when the gate opens or
-	// closes, for metrics and logs.
+	// OnChange, if set, is called (without mu) when the gate opens or
+	// closes, for metrics and logs. notify is taken before mu is let go, so
+	// the calls come one at a time and in the order of the changes: a
+	// close that follows an open is never reported before it.
 	onChange func(f *Fault)
+	notify   sync.Mutex
 }
 
 // New returns an open gate. onChange, if not nil, hears of every change:
@@ -75,7 +78,9 @@ func (g *Gate) Close(cause Cause, err error, probe Probe) {
 	g.fault = f
 	g.open = make(chan struct{})
 	close(g.closed)
+	g.notify.Lock()
 	g.mu.Unlock()
+	defer g.notify.Unlock()
 	if g.onChange != nil {
 		g.onChange(f)
 	}
@@ -91,7 +96,9 @@ func (g *Gate) Open() {
 	g.fault = nil
 	g.closed = make(chan struct{})
 	close(g.open)
+	g.notify.Lock()
 	g.mu.Unlock()
+	defer g.notify.Unlock()
 	if g.onChange != nil {
 		g.onChange(nil)
 	}
