@@ -57,6 +57,18 @@ func browser(t *testing.T, exe string) context.Context {
 	return nil
 }
 
+// workerInBrowser starts a worker and Chromium, for a test of the status
+// page of at most 90 s.
+func workerInBrowser(t *testing.T) (*harness, context.Context) {
+	t.Helper()
+	exe := chromium(t)
+	h := newHarness(t, true)
+	h.start()
+	ctx, cancel := context.WithTimeout(browser(t, exe), 90*time.Second)
+	t.Cleanup(cancel)
+	return h, ctx
+}
+
 func firstLine(s string) string {
 	first, _, _ := strings.Cut(s, "\n")
 	return first
@@ -68,13 +80,7 @@ func firstLine(s string) string {
 // in-flight run, then the finished rows with outcome and reason. With
 // SCREENSHOT=1 it saves integration/testdata/status-page.png.
 func TestStatusPageInBrowser(t *testing.T) {
-	exe := chromium(t)
-	h := newHarness(t, true)
-	h.start()
-
-	ctx := browser(t, exe)
-	ctx, cancelTimeout := context.WithTimeout(ctx, 90*time.Second)
-	defer cancelTimeout()
+	h, ctx := workerInBrowser(t)
 
 	// A push that takes a while, so that the run is seen in flight.
 	release := make(chan struct{})
@@ -162,12 +168,7 @@ func TestStatusPageInBrowser(t *testing.T) {
 // JavaScript on. No script may run (no dialog, no changed title or global),
 // no element may come out of a body, and each body must be shown as text.
 func TestHostileBodiesInertInBrowser(t *testing.T) {
-	exe := chromium(t)
-	h := newHarness(t, true)
-	h.start()
-	ctx := browser(t, exe)
-	ctx, cancelTimeout := context.WithTimeout(ctx, 90*time.Second)
-	defer cancelTimeout()
+	h, ctx := workerInBrowser(t)
 
 	var dialogs atomic.Int32
 	if err := chromedp.Listen(ctx, func(ev any) {

@@ -69,10 +69,12 @@ func classify(op string, err error) error {
 		// A host key that is not pinned: the operator's to fix, like a
 		// refused credential; never a reason to connect anyway.
 		return fmt.Errorf("%s: %w: %w", op, ErrAuth, err)
-	case hostKeyKinds(err) != nil:
-		neg := hostKeyKinds(err)
+	}
+	if neg := hostKeyKinds(err); neg != nil {
 		return fmt.Errorf("%s: %w: %w: the server offers host keys of kinds %v, GIT_KNOWN_HOSTS_FILE pins only %v for it; refusing to connect",
 			op, ErrAuth, credentials.ErrHostKey, neg.RequestedAlgorithms, neg.SupportedAlgorithms)
+	}
+	switch {
 	case strings.Contains(err.Error(), "ssh: unable to authenticate"):
 		// x/crypto/ssh has no error type for a refused key; this is its
 		// one wording for it.

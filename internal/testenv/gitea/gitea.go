@@ -82,8 +82,10 @@ type Server struct {
 	done              chan error
 	proxy             *http.Server
 
+	// Hooks sees every request before Gitea does (SetHook).
+	gitserver.Hooks
+
 	mu    sync.Mutex
-	hook  gitserver.Hook
 	moved map[string]string
 }
 
@@ -118,13 +120,9 @@ func Start(dir string) (*Server, error) {
 	rp := httputil.NewSingleHostReverseProxy(target)
 	rp.FlushInterval = -1
 	s.proxy = &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		s.mu.Lock()
-		hook := s.hook
-		s.mu.Unlock()
-		if hook != nil && !hook(w, r) {
-			return
+		if s.Pass(w, r) {
+			rp.ServeHTTP(w, r)
 		}
-		rp.ServeHTTP(w, r)
 	}), ReadHeaderTimeout: 10 * time.Second}
 	go func() { _ = s.proxy.Serve(proxyLn) }()
 
@@ -298,14 +296,6 @@ func (s *Server) Close() error {
 		_ = s.proxy.Close()
 	}
 	return nil
-}
-
-// SetHook installs h, which sees every request before Gitea does (nil
-// removes it).
-func (s *Server) SetHook(h gitserver.Hook) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.hook = h
 }
 
 // API calls Gitea's REST API as the owner, with token (the admin token when

@@ -24,6 +24,28 @@ import (
 // answered the request itself.
 type Hook func(w http.ResponseWriter, r *http.Request) bool
 
+// Hooks holds a test server's hook; both test git servers embed it.
+type Hooks struct {
+	mu   sync.Mutex
+	hook Hook
+}
+
+// SetHook installs h (nil removes it).
+func (k *Hooks) SetHook(h Hook) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	k.hook = h
+}
+
+// Pass runs the hook on a request and reports whether the server should
+// go on to answer it (false: the hook answered).
+func (k *Hooks) Pass(w http.ResponseWriter, r *http.Request) bool {
+	k.mu.Lock()
+	hook := k.hook
+	k.mu.Unlock()
+	return hook == nil || hook(w, r)
+}
+
 // Server is a running git smart-HTTP server.
 type Server struct {
 	// URL is the base URL, such as http://127.0.0.1:41234.
@@ -36,8 +58,9 @@ type Server struct {
 	srv     *http.Server
 	ln      net.Listener
 
+	Hooks
+
 	mu    sync.Mutex
-	hook  Hook
 	moved map[string]string // old repository name -> new, after Rename
 
 	// inflight counts requests still being served (under mu), so Close can
@@ -145,13 +168,6 @@ func (s *Server) SetToken(token string) {
 	s.token = token
 }
 
-// SetHook installs h (nil removes it).
-func (s *Server) SetHook(h Hook) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.hook = h
-}
-
 // ServeHTTP checks the token, runs the hook and hands the request to git.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	defer s.track()()
@@ -179,10 +195,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	s.mu.Lock()
-	hook := s.hook
-	s.mu.Unlock()
-	if hook != nil && !hook(w, r) {
+	if !s.Pass(w, r) {
 		return
 	}
 	s.Backend(w, r)
