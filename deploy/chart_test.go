@@ -22,6 +22,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"sigs.k8s.io/yaml"
@@ -42,7 +43,12 @@ type rendered struct {
 	rule           *monitoringv1.PrometheusRule
 	scaledObject   *kedav1alpha1.ScaledObject
 	triggerAuth    *kedav1alpha1.TriggerAuthentication
-	raw            string
+	// The readiness RBAC.
+	role               *rbacv1.Role
+	roleBinding        *rbacv1.RoleBinding
+	clusterRole        *rbacv1.ClusterRole
+	clusterRoleBinding *rbacv1.ClusterRoleBinding
+	raw                string
 }
 
 func loadChart(t *testing.T) *chart.Chart {
@@ -86,6 +92,7 @@ func render(t *testing.T, c *chart.Chart, values map[string]any) *rendered {
 			"Deployment": &r.deployment, "ConfigMap": &r.configMap, "ServiceAccount": &r.serviceAccount,
 			"Service": &r.service, "PodDisruptionBudget": &r.pdb, "ServiceMonitor": &r.serviceMonitor,
 			"PrometheusRule": &r.rule, "ScaledObject": &r.scaledObject, "TriggerAuthentication": &r.triggerAuth,
+			"Role": &r.role, "RoleBinding": &r.roleBinding, "ClusterRole": &r.clusterRole, "ClusterRoleBinding": &r.clusterRoleBinding,
 		})
 	}
 	if r.deployment == nil || r.configMap == nil || r.service == nil {
@@ -275,8 +282,14 @@ func checkPod(t *testing.T, r *rendered) {
 		sc.SeccompProfile == nil || sc.SeccompProfile.Type != corev1.SeccompProfileTypeRuntimeDefault {
 		t.Errorf("container security context %+v", sc)
 	}
-	if pod.AutomountServiceAccountToken == nil || *pod.AutomountServiceAccountToken {
-		t.Error("the Kubernetes API token is mounted; the worker never calls the API")
+	// The API token only with readiness, which is the only caller of the
+	// Kubernetes API, and only with its RBAC.
+	readiness := r.configMap.Data["READINESS"] != "off"
+	if pod.AutomountServiceAccountToken == nil || *pod.AutomountServiceAccountToken != readiness {
+		t.Errorf("the Kubernetes API token is mounted: %v, readiness: %v", pod.AutomountServiceAccountToken, readiness)
+	}
+	if readiness != (r.role != nil) {
+		t.Errorf("readiness %v with RBAC %v", readiness, r.role != nil)
 	}
 	if ctr.Resources.Requests.Memory().IsZero() || ctr.Resources.Limits.Memory().IsZero() {
 		t.Errorf("resources %+v", ctr.Resources)

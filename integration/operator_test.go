@@ -52,7 +52,7 @@ func TestResultEventsAndRunHistory(t *testing.T) {
 
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	ev, err := results.Wait(ctx, h.api, resultsURL, good, nil)
+	ev, err := results.Wait(ctx, h.api, resultsURL, good, nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -61,7 +61,7 @@ func TestResultEventsAndRunHistory(t *testing.T) {
 		ev.Kind != "onboarding" || ev.Queue != queueName(h.q.onboarding) || ev.DurationMS <= 0 || ev.Reason != "" {
 		t.Errorf("event of the applied message: %+v (head %s)", ev, head)
 	}
-	ev, err = results.Wait(ctx, h.api, resultsURL, bad, nil)
+	ev, err = results.Wait(ctx, h.api, resultsURL, bad, nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -71,7 +71,7 @@ func TestResultEventsAndRunHistory(t *testing.T) {
 
 	// A redelivered duplicate is a noop event with the head it found.
 	dup := h.send(h.q.onboarding, `{"tenant_id":"tenant-7","tenant_tier":"advanced","release_version":"1.0"}`)
-	if ev, err = results.Wait(ctx, h.api, resultsURL, dup, nil); err != nil || ev.Outcome != "noop" {
+	if ev, err = results.Wait(ctx, h.api, resultsURL, dup, nil, nil); err != nil || ev.Outcome != "noop" {
 		t.Errorf("event of the repeated message: %+v %v", ev, err)
 	}
 	if n := h.queueCount(resultsURL); n != 0 {
@@ -98,7 +98,7 @@ func TestResultEventsAndRunHistory(t *testing.T) {
 	}
 	// A body that does not decode is shown, so the page says what was sent.
 	garbled := h.send(h.q.onboarding, `{"tenant_id":"Tenant 9!","tenant_tier":"basic","release_version":"1.0"}`)
-	if ev, err = results.Wait(ctx, h.api, resultsURL, garbled, nil); err != nil || ev.Reason != "invalid_tenant_id" {
+	if ev, err = results.Wait(ctx, h.api, resultsURL, garbled, nil, nil); err != nil || ev.Reason != "invalid_tenant_id" {
 		t.Fatalf("event of the garbled message: %+v %v", ev, err)
 	}
 	if r := h.apiRuns("?id=" + garbled); len(r.Runs) != 1 || !strings.Contains(r.Runs[0].Body, "Tenant 9!") {

@@ -75,6 +75,8 @@ func Run(ctx context.Context, c Config) error {
 
 	// notReady holds why the worker is not ready; nil once it is.
 	var notReady atomic.Pointer[string]
+	// unserved says which kinds of the templates the cluster does not serve.
+	var unserved atomic.Pointer[string]
 	setStatus := func(format string, args ...any) {
 		s := fmt.Sprintf(format, args...)
 		notReady.Store(&s)
@@ -101,6 +103,9 @@ func Run(ctx context.Context, c Config) error {
 		}
 		if f := g.Fault(); f != nil {
 			return fmt.Errorf("paused since %s: %s: %s", f.Since.UTC().Format(time.RFC3339), f.Cause, f.Error)
+		}
+		if s := unserved.Load(); s != nil {
+			return errors.New(*s)
 		}
 		return nil
 	}
@@ -174,8 +179,15 @@ func Run(ctx context.Context, c Config) error {
 		retention = max(retention, queues[i].Retention)
 	}
 
+	cluster, err := fluxClient(o)
+	if err != nil {
+		return err
+	}
+	if cluster == nil {
+		log.Info().Str("readiness", o.Readiness).Msg("no cluster access (READINESS off, or no KUBECONFIG and not in a pod): no readiness events")
+	}
 	p := pipeline.New(repo, pipeline.Options{
-		Layout: gitops.Layout{Root: o.GitopsRoot}, MaxAttempts: o.PushAttempts, Retention: retention,
+		Layout: gitops.Layout{Root: o.GitopsRoot}, MaxAttempts: o.PushAttempts, Retention: retention, Releases: cluster != nil,
 		Observer: metrics.PipelineObserver{M: m, OnStep: func(jobs []pipeline.Job, step pipeline.Step) {
 			ids := make([]string, len(jobs))
 			for i, j := range jobs {
@@ -233,6 +245,14 @@ func Run(ctx context.Context, c Config) error {
 			log.Info().Str("cause", string(f.Cause)).Err(err).Msg("still paused: the fault is still there")
 		})
 	})
+	if cluster != nil {
+		f := follower(ctx, o, cluster, p, w, m)
+		w.Follow(f)
+		wg.Go(func() { f.Run(ctx) })
+		wg.Go(func() { watchServed(ctx, cluster, p, gitops.Layout{Root: o.GitopsRoot}, m, rec, &unserved) })
+		log.Info().Str("namespace", o.FluxNamespace).Str("git_repository", o.FluxGitRepository).Strs("kustomizations", o.Kustomizations()).
+			Bool("reconcile_requests", o.FluxReconcile).Dur("timeout", o.ReadyTimeout).Msg("following each pushed change into the cluster")
+	}
 	for _, c := range consumers {
 		wg.Go(func() { c.Run(ctx) })
 	}

@@ -9,6 +9,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -30,7 +31,8 @@ func sendCmd(args []string, stdout, stderr io.Writer, getenv func(string) string
 	var req requestFlags
 	req.bind(fs)
 	wait := fs.Bool("wait", false, "wait for the result event on RESULTS_QUEUE; exit 1 unless the change is applied or already done")
-	timeout := fs.Duration("timeout", 5*time.Minute, "how long --wait waits")
+	timeout := fs.Duration("timeout", 5*time.Minute, "how long --wait waits (15m with --until ready, unless set)")
+	until := fs.String("until", "applied", "with --wait: applied (the change is on the branch) or ready (the worker's readiness event: the tenant is running, or why not)")
 	asJSON := fs.Bool("json", false, "print the result event as JSON (with --wait)")
 	kind, code, done := parseKind(fs, args, stderr)
 	if done {
@@ -43,6 +45,10 @@ func sendCmd(args []string, stdout, stderr io.Writer, getenv func(string) string
 	}
 	if err := opts.ValidateGroups(config.Queues); err != nil {
 		fmt.Fprintf(stderr, "tenant-worker send: invalid settings:\n%v\n", err)
+		return 2
+	}
+	if *until != "applied" && *until != "ready" {
+		fmt.Fprintf(stderr, "tenant-worker send: --until must be applied or ready, not %q\n", *until)
 		return 2
 	}
 	if *wait && opts.ResultsQueue == "" {
@@ -78,26 +84,56 @@ func sendCmd(args []string, stdout, stderr io.Writer, getenv func(string) string
 		fmt.Fprintf(stderr, "tenant-worker send: %v\n", err)
 		return 1
 	}
+	if *until == "ready" && !flagSet(fs, "timeout") {
+		*timeout = 15 * time.Minute
+	}
 	wctx, cancel := context.WithTimeoutCause(ctx, *timeout, fmt.Errorf("no result after %s", *timeout))
 	defer cancel()
 	line := progress.New(stderr)
+	print := func(ev results.Event) {
+		if *asJSON {
+			b, _ := json.Marshal(ev)
+			fmt.Fprintln(stdout, string(b))
+		} else {
+			fmt.Fprintln(stdout, describeEvent(ev))
+		}
+	}
 	line.Show("waiting for the worker to handle %s", id)
-	ev, err := results.Wait(wctx, api, resultsURL, id, func() { line.Show("waiting for the worker to handle %s", id) })
+	notReadiness := func(e results.Event) bool { return !slices.Contains(results.Readiness, e.Outcome) }
+	ev, err := results.Wait(wctx, api, resultsURL, id, notReadiness, func() { line.Show("waiting for the worker to handle %s", id) })
 	line.Clear()
 	if err != nil {
 		fmt.Fprintf(stderr, "tenant-worker send: %v\n", err)
 		return 1
 	}
-	if *asJSON {
-		b, _ := json.Marshal(ev)
-		fmt.Fprintln(stdout, string(b))
-	} else {
-		fmt.Fprintln(stdout, describeEvent(ev))
-	}
+	print(ev)
 	if ev.Outcome == "rejected" {
 		return 1
 	}
+	if *until != "ready" || ev.Outcome != "applied" {
+		// Only an applied change is followed into the cluster.
+		return 0
+	}
+	isReadiness := func(e results.Event) bool { return !notReadiness(e) }
+	line.Show("waiting for %s to be ready in the cluster", id)
+	ev, err = results.Wait(wctx, api, resultsURL, id, isReadiness, func() { line.Show("waiting for %s to be ready in the cluster", id) })
+	line.Clear()
+	if err != nil {
+		fmt.Fprintf(stderr, "tenant-worker send: %v (is READINESS on, with cluster access, for the worker?)\n", err)
+		return 1
+	}
+	print(ev)
+	if ev.Outcome != "ready" {
+		return 1
+	}
 	return 0
+}
+
+// flagSet reports whether the flag name was given.
+func flagSet(fs *flag.FlagSet, name string) bool {
+	set := false
+	fs.Visit(func(f *flag.Flag) { set = set || f.Name == name })
+	return set
 }
 
 // describeEvent says what happened to a message, in one line.
@@ -108,9 +144,29 @@ func describeEvent(ev results.Event) string {
 		return fmt.Sprintf("applied: %s %s in commit %s (%d ms)", ev.Kind, who, ev.CommitSHA, ev.DurationMS)
 	case "noop":
 		return fmt.Sprintf("already done: %s %s, nothing to change (head %s)", ev.Kind, who, ev.CommitSHA)
+	case "ready":
+		return fmt.Sprintf("ready: %s %s is live in the cluster (commit %s; %s)", ev.Kind, who, ev.CommitSHA, describeStages(ev.Stages))
 	default:
 		return fmt.Sprintf("%s: %s %s: %s: %s", ev.Outcome, ev.Kind, who, ev.Reason, ev.Error)
 	}
+}
+
+// describeStages says how long each stage took after the push.
+func describeStages(s *results.Stages) string {
+	if s == nil {
+		return "no stage times"
+	}
+	var parts []string
+	for _, st := range []struct {
+		name string
+		ms   int64
+	}{{"fetched", s.FetchedMS}, {"applied", s.AppliedMS}} {
+		if st.ms > 0 {
+			parts = append(parts, fmt.Sprintf("%s after %d ms", st.name, st.ms))
+		}
+	}
+	parts = append(parts, fmt.Sprintf("done after %d ms", s.DoneMS))
+	return strings.Join(parts, ", ")
 }
 
 // sqsClient builds an SQS client the standard SDK way (AWS_REGION,
@@ -151,10 +207,13 @@ const sendUsage = `Usage: tenant-worker send onboarding|offboarding|deployment [
 Send a tenant message to its queue, as the reference's tenant-control.sh
 does, and print its message id. The message is checked first: a bad one is
 refused here, and nothing is sent. With --wait, wait for the worker's result
-event (RESULTS_QUEUE must be set, for the worker too) and print the outcome.
+event (RESULTS_QUEUE must be set, for the worker too) and print the outcome;
+with --until ready, also for its readiness event: the tenant is running in
+the cluster (exit 0), or Flux's reason why not (exit 1).
 
 Examples:
   tenant-worker send onboarding --tenant-id tenant-1 --tier premium --release 0.0 --wait
+  tenant-worker send onboarding --tenant-id tenant-2 --tier basic --release 0.0 --wait --until ready
   tenant-worker send deployment --tier basic --release 1.0
   tenant-worker send offboarding --tenant-id tenant-1 --tier premium
 

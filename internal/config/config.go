@@ -61,6 +61,18 @@ type Options struct {
 	ResultsQueue      string
 	RunHistory        int
 
+	// Readiness follows each pushed change into the cluster: "auto" when
+	// the worker has cluster access (in-cluster, or Kubeconfig), "off".
+	Readiness          string
+	Kubeconfig         string
+	ReadyTimeout       time.Duration
+	FluxNamespace      string
+	FluxGitRepository  string
+	FluxKustomizations string // comma-separated
+	// FluxReconcile asks Flux to reconcile after each push
+	// (reconcile.fluxcd.io/requestedAt) instead of waiting for its interval.
+	FluxReconcile bool
+
 	HTTPAddr  string
 	LogLevel  string
 	LogFormat string
@@ -71,29 +83,35 @@ type Options struct {
 // Default returns the settings of the reference platform.
 func Default() Options {
 	return Options{
-		OnboardingQueue:   "argoworkflows-onboarding-queue",
-		OffboardingQueue:  "argoworkflows-offboarding-queue",
-		DeploymentQueue:   "argoworkflows-deployment-queue",
-		GitBranch:         "main",
-		GitUsername:       "admin",
-		GitAuthorName:     "admin",
-		GitAuthorEmail:    "admin@example.com",
-		GitopsRoot:        "application-plane/production",
-		GitTimeout:        30 * time.Second,
-		PushAttempts:      10,
-		WaitTime:          20 * time.Second,
-		MaxMessages:       10,
-		MaxBatch:          200,
-		VisibilityTimeout: 30 * time.Second,
-		RetryDelay:        10 * time.Second,
-		MaxRetryDelay:     15 * time.Minute,
-		ShutdownGrace:     30 * time.Second,
-		QueueStatsEvery:   30 * time.Second,
-		ProbeMaxDelay:     30 * time.Second,
-		RunHistory:        200,
-		HTTPAddr:          ":8080",
-		LogLevel:          "info",
-		LogFormat:         "json",
+		OnboardingQueue:    "argoworkflows-onboarding-queue",
+		OffboardingQueue:   "argoworkflows-offboarding-queue",
+		DeploymentQueue:    "argoworkflows-deployment-queue",
+		GitBranch:          "main",
+		GitUsername:        "admin",
+		GitAuthorName:      "admin",
+		GitAuthorEmail:     "admin@example.com",
+		GitopsRoot:         "application-plane/production",
+		GitTimeout:         30 * time.Second,
+		PushAttempts:       10,
+		WaitTime:           20 * time.Second,
+		MaxMessages:        10,
+		MaxBatch:           200,
+		VisibilityTimeout:  30 * time.Second,
+		RetryDelay:         10 * time.Second,
+		MaxRetryDelay:      15 * time.Minute,
+		ShutdownGrace:      30 * time.Second,
+		QueueStatsEvery:    30 * time.Second,
+		ProbeMaxDelay:      30 * time.Second,
+		RunHistory:         200,
+		Readiness:          "auto",
+		ReadyTimeout:       10 * time.Minute,
+		FluxNamespace:      "flux-system",
+		FluxGitRepository:  "flux-system",
+		FluxKustomizations: "dataplane-tenants,dataplane-pooled-envs",
+		FluxReconcile:      true,
+		HTTPAddr:           ":8080",
+		LogLevel:           "info",
+		LogFormat:          "json",
 	}
 }
 
@@ -146,6 +164,17 @@ func (o *Options) BindGroups(fs *flag.FlagSet, getenv func(string) string, group
 		}
 		fs.IntVar(p, name, *p, fmt.Sprintf("%s (env %s)", usage, env))
 	}
+	boolean := func(p *bool, name, env, usage string) {
+		if v := getenv(env); v != "" {
+			b, err := strconv.ParseBool(v)
+			if err != nil {
+				o.envErrs = append(o.envErrs, fmt.Errorf("%s: %w", env, err))
+			} else {
+				*p = b
+			}
+		}
+		fs.BoolVar(p, name, *p, fmt.Sprintf("%s (env %s)", usage, env))
+	}
 	if groups&Queues != 0 {
 		str(&o.OnboardingQueue, "onboarding-queue", "ONBOARDING_QUEUE", "onboarding queue name or URL")
 		str(&o.OffboardingQueue, "offboarding-queue", "OFFBOARDING_QUEUE", "offboarding queue name or URL")
@@ -181,6 +210,13 @@ func (o *Options) BindGroups(fs *flag.FlagSet, getenv func(string) string, group
 		dur(&o.QueueStatsEvery, "queue-stats-interval", "QUEUE_STATS_INTERVAL", "how often queue and dead-letter depths are read for metrics")
 		dur(&o.ProbeMaxDelay, "probe-max-delay", "PROBE_MAX_DELAY", "longest pause between probes while git or the repository is at fault")
 		num(&o.RunHistory, "run-history", "RUN_HISTORY", "finished runs kept for the status page and /api/runs")
+		str(&o.Readiness, "readiness", "READINESS", "follow each pushed change into the cluster and publish a second result event (ready, failed, timeout): auto (with cluster access) or off")
+		str(&o.Kubeconfig, "kubeconfig", "KUBECONFIG", "kubeconfig of the cluster Flux runs in; in a pod the in-cluster configuration is used without it")
+		dur(&o.ReadyTimeout, "ready-timeout", "READY_TIMEOUT", "how long a pushed change may take to be ready before its readiness event says timeout")
+		str(&o.FluxNamespace, "flux-namespace", "FLUX_NAMESPACE", "namespace of the Flux GitRepository and Kustomizations")
+		str(&o.FluxGitRepository, "flux-git-repository", "FLUX_GIT_REPOSITORY", "the Flux GitRepository that reads GIT_REPO_URL")
+		str(&o.FluxKustomizations, "flux-kustomizations", "FLUX_KUSTOMIZATIONS", "the Flux Kustomizations that apply the tenants and pooled-envs folders, comma-separated")
+		boolean(&o.FluxReconcile, "flux-reconcile", "FLUX_RECONCILE", "ask Flux to reconcile right after each push instead of at its interval")
 		str(&o.HTTPAddr, "http-addr", "HTTP_ADDR", "address serving the status page, /api/runs, /metrics, /healthz and /readyz")
 		str(&o.LogLevel, "log-level", "LOG_LEVEL", "debug, info, warn or error")
 		str(&o.LogFormat, "log-format", "LOG_FORMAT", "json or console")
@@ -192,6 +228,17 @@ func (o *Options) Queue(kind message.Kind) string {
 	return map[message.Kind]string{
 		message.Onboarding: o.OnboardingQueue, message.Offboarding: o.OffboardingQueue, message.Deployment: o.DeploymentQueue,
 	}[kind]
+}
+
+// Kustomizations lists FLUX_KUSTOMIZATIONS.
+func (o *Options) Kustomizations() []string {
+	var out []string
+	for _, k := range strings.Split(o.FluxKustomizations, ",") {
+		if k = strings.TrimSpace(k); k != "" {
+			out = append(out, k)
+		}
+	}
+	return out
 }
 
 // EnvNames lists every environment variable the worker reads for its
@@ -266,10 +313,18 @@ func (o *Options) ValidateGroups(groups Group) error {
 	}
 	for name, d := range map[string]time.Duration{"GIT_TIMEOUT": o.GitTimeout, "RETRY_DELAY": o.RetryDelay,
 		"MAX_RETRY_DELAY": o.MaxRetryDelay, "SHUTDOWN_GRACE": o.ShutdownGrace, "QUEUE_STATS_INTERVAL": o.QueueStatsEvery,
-		"PROBE_MAX_DELAY": o.ProbeMaxDelay} {
+		"PROBE_MAX_DELAY": o.ProbeMaxDelay, "READY_TIMEOUT": o.ReadyTimeout} {
 		if d <= 0 {
 			errs = append(errs, fmt.Errorf("%s must be positive, not %s", name, d))
 		}
+	}
+	switch o.Readiness {
+	case "auto", "off":
+	default:
+		errs = append(errs, fmt.Errorf("READINESS must be auto or off, not %q", o.Readiness))
+	}
+	if o.Readiness != "off" && (o.FluxNamespace == "" || o.FluxGitRepository == "" || len(o.Kustomizations()) == 0) {
+		errs = append(errs, errors.New("READINESS needs FLUX_NAMESPACE, FLUX_GIT_REPOSITORY and FLUX_KUSTOMIZATIONS"))
 	}
 	switch o.LogFormat {
 	case "json", "console":

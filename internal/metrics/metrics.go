@@ -33,7 +33,27 @@ type Metrics struct {
 	Paused *prometheus.GaugeVec
 	// Probes counts the probes of a paused worker, by result.
 	Probes *prometheus.CounterVec
+
+	// Readiness counts the readiness events of followed changes, by kind
+	// and outcome (ready, failed, timeout); TimeToReady is the time from
+	// the push to ready, by kind; ReadinessPending the changes followed.
+	Readiness        *prometheus.CounterVec
+	TimeToReady      *prometheus.HistogramVec
+	ReadinessPending prometheus.Gauge
+	// ReconcileRequests counts the requests to Flux to reconcile now.
+	ReconcileRequests *prometheus.CounterVec
+	// ClusterReads counts failed readings of Flux's objects.
+	ClusterReadErrors prometheus.Counter
+	// UnservedKinds is how many kinds the templates render that the
+	// cluster does not serve (every tenant of such a template would fail).
+	UnservedKinds prometheus.Gauge
 }
+
+// Results of a request to Flux, the values of the "result" label.
+const (
+	RequestSent   = "sent"
+	RequestFailed = "failed"
+)
 
 // Results of a probe, the values of the "result" label.
 const (
@@ -114,9 +134,38 @@ func New(reg prometheus.Registerer) *Metrics {
 		Name: "tenant_worker_probes_total",
 		Help: "Probes of a paused worker for the fault to be gone, by result (passed, failed).",
 	}, []string{"result"})
+	m.Readiness = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "tenant_worker_readiness_total",
+		Help: "Readiness events of pushed changes followed into the cluster, by kind and outcome (ready, failed, timeout).",
+	}, []string{"kind", "outcome"})
+	m.TimeToReady = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name:    "tenant_worker_time_to_ready_seconds",
+		Help:    "Time from the push of a change to every HelmRelease it touches being ready (or gone), by kind.",
+		Buckets: []float64{.5, 1, 2, 3, 5, 10, 20, 30, 60, 120, 300, 600, 1200},
+	}, []string{"kind"})
+	m.ReadinessPending = prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "tenant_worker_readiness_pending",
+		Help: "Pushed changes followed into the cluster that have no readiness event yet.",
+	})
+	m.ReconcileRequests = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "tenant_worker_reconcile_requests_total",
+		Help: "Requests to Flux to reconcile now (reconcile.fluxcd.io/requestedAt), by result (sent, failed).",
+	}, []string{"result"})
+	m.ClusterReadErrors = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "tenant_worker_cluster_read_errors_total",
+		Help: "Readings of Flux's objects that failed.",
+	})
+	m.UnservedKinds = prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "tenant_worker_unserved_kinds",
+		Help: "Kinds and apiVersions the templates render that the cluster does not serve; every change using them fails.",
+	})
 	reg.MustRegister(m.Messages, m.Rejections, m.MessageDuration, m.StepDuration, m.LockWait,
 		m.PushAttempts, m.LastPush, m.SQSErrors, m.QueueMessages, m.DeadLetterMessages, m.ResultEvents,
-		m.Paused, m.Probes)
+		m.Paused, m.Probes, m.Readiness, m.TimeToReady, m.ReadinessPending, m.ReconcileRequests,
+		m.ClusterReadErrors, m.UnservedKinds)
+	for _, r := range []string{RequestSent, RequestFailed} {
+		m.ReconcileRequests.WithLabelValues(r)
+	}
 	for _, c := range gate.Causes {
 		m.Paused.WithLabelValues(string(c))
 	}

@@ -76,6 +76,9 @@ type Result struct {
 	Message string
 	// Attempts counts push attempts.
 	Attempts int
+	// Releases are the HelmReleases the pushed change touches (only with
+	// Options.Releases).
+	Releases []gitops.Release
 	// Steps is the time spent in each step (lock, sync, render, commit,
 	// validate, push) by the batch the job was part of, over all attempts.
 	Steps map[string]time.Duration
@@ -97,6 +100,9 @@ type Options struct {
 	Retention time.Duration
 	// Observer, if set, hears each step, lock wait and push.
 	Observer Observer
+	// Releases asks for each result's HelmReleases (for following the
+	// change into the cluster).
+	Releases bool
 	// DryRun does everything but the push: a job's Applied then means it
 	// would be pushed, and its Commit exists only in the local clone.
 	DryRun bool
@@ -167,6 +173,32 @@ func (p *Pipeline) Probe(ctx context.Context, job Job) error {
 		return nil
 	}
 	return res.Err
+}
+
+// Sync fetches the branch under the repository lock and returns its head.
+func (p *Pipeline) Sync(ctx context.Context) (plumbing.Hash, error) {
+	select {
+	case p.lock <- struct{}{}:
+	case <-ctx.Done():
+		return plumbing.ZeroHash, fmt.Errorf("wait for the repository lock: %w", context.Cause(ctx))
+	}
+	defer func() { <-p.lock }()
+	return p.repo.Fetch(ctx)
+}
+
+// Read calls fn with the branch as last seen, under the repository lock.
+func (p *Pipeline) Read(ctx context.Context, fn func(r gitops.Reader) error) error {
+	select {
+	case p.lock <- struct{}{}:
+	case <-ctx.Done():
+		return fmt.Errorf("wait for the repository lock: %w", context.Cause(ctx))
+	}
+	defer func() { <-p.lock }()
+	snap, err := p.repo.Snapshot(p.repo.Head())
+	if err != nil {
+		return fmt.Errorf("open %s: %w", p.repo.Head(), err)
+	}
+	return fn(snap)
 }
 
 // apply is Apply, pushing nothing when dryRun.

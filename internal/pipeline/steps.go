@@ -91,6 +91,9 @@ func (b *batch) applyJob(ctx context.Context, i int) {
 	}
 	b.tip = commit
 	res.Commit = commit
+	if b.p.opts.Releases {
+		res.Releases = b.p.opts.Layout.Releases(before, plan.Files)
+	}
 	b.pending[i] = true
 }
 

@@ -9,6 +9,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"strconv"
+	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
@@ -37,7 +38,27 @@ type Event struct {
 	CommitSHA string `json:"commit_sha"`
 	// DurationMS is the time from receiving the message to its outcome.
 	DurationMS int64 `json:"duration_ms"`
+	// Stages is set on the second event of an applied message, its
+	// readiness event (outcome ready, failed or timeout): when the commit
+	// was pushed and how long Flux took to reach each stage.
+	Stages *Stages `json:"stages,omitempty"`
 }
+
+// Stages are the times of a pushed change on its way into the cluster, in
+// milliseconds since the push; zero when the stage was not seen.
+type Stages struct {
+	PushedAt time.Time `json:"pushed_at"`
+	// FetchedMS: the GitRepository's artifact holds the commit.
+	FetchedMS int64 `json:"fetched_ms,omitempty"`
+	// AppliedMS: every Kustomization that reads the changed folders
+	// applied it.
+	AppliedMS int64 `json:"applied_ms,omitempty"`
+	// DoneMS: the outcome (ready, failed or timeout).
+	DoneMS int64 `json:"done_ms"`
+}
+
+// Readiness outcomes: the second event of an applied message.
+var Readiness = []string{"ready", "failed", "timeout"}
 
 // API is the SQS call a Publisher makes.
 type API interface {
@@ -114,11 +135,12 @@ type Receiver interface {
 	ChangeMessageVisibilityBatch(ctx context.Context, in *sqs.ChangeMessageVisibilityBatchInput, opts ...func(*sqs.Options)) (*sqs.ChangeMessageVisibilityBatchOutput, error)
 }
 
-// Wait long-polls the results queue at url until the event of messageID
-// arrives, deletes it and returns it. Events of other messages are made
-// visible again at once, for whoever waits for them. tick, if not nil, is
-// called after every empty or foreign receive.
-func Wait(ctx context.Context, api Receiver, url, messageID string, tick func()) (Event, error) {
+// Wait long-polls the results queue at url until an event of messageID
+// that accept takes (any, when accept is nil) arrives, deletes it and
+// returns it. Other events are made visible again at once, for whoever
+// waits for them. tick, if not nil, is called after every empty or foreign
+// receive.
+func Wait(ctx context.Context, api Receiver, url, messageID string, accept func(Event) bool, tick func()) (Event, error) {
 	for {
 		out, err := api.ReceiveMessage(ctx, &sqs.ReceiveMessageInput{
 			QueueUrl: aws.String(url), MaxNumberOfMessages: 10, WaitTimeSeconds: 5, VisibilityTimeout: 30,
@@ -133,7 +155,7 @@ func Wait(ctx context.Context, api Receiver, url, messageID string, tick func())
 		var found *Event
 		for i, m := range out.Messages {
 			var e Event
-			if err := json.Unmarshal([]byte(aws.ToString(m.Body)), &e); err == nil && e.MessageID == messageID && found == nil {
+			if err := json.Unmarshal([]byte(aws.ToString(m.Body)), &e); err == nil && e.MessageID == messageID && found == nil && (accept == nil || accept(e)) {
 				found = &e
 				if _, err := api.DeleteMessage(ctx, &sqs.DeleteMessageInput{QueueUrl: aws.String(url), ReceiptHandle: m.ReceiptHandle}); err != nil {
 					return e, fmt.Errorf("delete the result event: %w", err)

@@ -42,6 +42,14 @@ type Run struct {
 	Started    time.Time        `json:"started_at"`
 	Finished   time.Time        `json:"finished_at,omitzero"`
 	DurationMS int64            `json:"duration_ms"`
+	// Live is where an applied change stands in the cluster, when the
+	// worker follows it: pushed, fetched, applied, then ready, failed or
+	// timeout. LiveMS has the time from the push to each stage reached,
+	// LiveError Flux's reason and message of a failure (or what a timeout
+	// still waited for).
+	Live      string           `json:"live,omitempty"`
+	LiveMS    map[string]int64 `json:"live_ms,omitempty"`
+	LiveError string           `json:"live_error,omitempty"`
 }
 
 // Queue is what is known of one source queue.
@@ -67,8 +75,11 @@ type Status struct {
 	Queues   []Queue   `json:"queues"`
 	LastPush time.Time `json:"last_push,omitzero"`
 	// Paused says why the worker does not receive messages, while it does not.
-	Paused *Pause    `json:"paused,omitempty"`
-	Now    time.Time `json:"now"`
+	Paused *Pause `json:"paused,omitempty"`
+	// Warning is a problem that does not stop the worker but will fail
+	// changes later (kinds the cluster does not serve).
+	Warning string    `json:"warning,omitempty"`
+	Now     time.Time `json:"now"`
 }
 
 // Pause is why the worker stopped receiving: git or the repository is at
@@ -92,6 +103,7 @@ type Recorder struct {
 	lastSent map[string]time.Time // per queue: sent time of the last message received
 	lastPush time.Time
 	paused   *Pause
+	warning  string
 	now      func() time.Time
 }
 
@@ -173,6 +185,21 @@ func (r *Recorder) Finish(run Run) {
 	r.next = (r.next + 1) % r.limit
 }
 
+// UpdateDone calls fn on the finished run of message id, if the history
+// still holds it (the newest of its runs: a redelivery adds another).
+func (r *Recorder) UpdateDone(id string, fn func(*Run)) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for i := range r.done {
+		// Newest first: the ring's slot before next, backwards.
+		j := (r.next - 1 - i + 2*len(r.done)) % len(r.done)
+		if r.done[j].MessageID == id {
+			fn(&r.done[j])
+			return
+		}
+	}
+}
+
 func fillFrom(run, started *Run) {
 	if run.Queue == "" {
 		run.Queue = started.Queue
@@ -207,6 +234,13 @@ func (r *Recorder) SetPause(p *Pause) {
 	r.paused = p
 }
 
+// SetWarning records a problem that does not stop the worker; "" clears it.
+func (r *Recorder) SetWarning(w string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.warning = w
+}
+
 // SetPush records a successful push made outside a recorded run.
 func (r *Recorder) SetPush(at time.Time) {
 	r.mu.Lock()
@@ -239,7 +273,7 @@ func (r *Recorder) Status() Status {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	now := r.now()
-	s := Status{Now: now, LastPush: r.lastPush, InFlight: []Run{}, Runs: make([]Run, 0, len(r.done))}
+	s := Status{Now: now, LastPush: r.lastPush, InFlight: []Run{}, Runs: make([]Run, 0, len(r.done)), Warning: r.warning}
 	if r.paused != nil {
 		p := *r.paused
 		s.Paused = &p

@@ -6,6 +6,7 @@ package worker
 import (
 	"context"
 	"errors"
+	"strings"
 	"time"
 
 	"github.com/rs/zerolog"
@@ -18,6 +19,7 @@ import (
 	"github.com/tenant-worker/tenant-worker/internal/metrics"
 	"github.com/tenant-worker/tenant-worker/internal/pipeline"
 	"github.com/tenant-worker/tenant-worker/internal/queue"
+	"github.com/tenant-worker/tenant-worker/internal/readiness"
 	"github.com/tenant-worker/tenant-worker/internal/reject"
 	"github.com/tenant-worker/tenant-worker/internal/results"
 	"github.com/tenant-worker/tenant-worker/internal/runs"
@@ -49,6 +51,12 @@ type Gate interface {
 	Close(cause gate.Cause, err error, probe gate.Probe)
 }
 
+// Follower follows pushed changes into the cluster; *readiness.Follower
+// is one.
+type Follower interface {
+	Pushed(commits []string, targets []readiness.Target)
+}
+
 // Worker handles the messages of every queue with one Applier.
 type Worker struct {
 	applier Applier
@@ -56,7 +64,12 @@ type Worker struct {
 	runs    *runs.Recorder
 	publish Publisher
 	gate    Gate
+	follow  Follower
 }
+
+// Follow makes the worker hand every pushed change to f, which reports
+// back through Stage and Done.
+func (w *Worker) Follow(f Follower) { w.follow = f }
 
 // Publisher sends result events; *results.Publisher is one.
 type Publisher interface {
@@ -76,7 +89,8 @@ type delivery struct {
 	msg     queue.Message
 	log     zerolog.Logger
 	run     runs.Run
-	job     *pipeline.Job // nil when the body did not decode
+	job     *pipeline.Job    // nil when the body did not decode
+	res     *pipeline.Result // nil when not applied
 	outcome string
 	settle  queue.Disposition
 }
@@ -140,6 +154,7 @@ func (w *Worker) apply(ctx context.Context, queueName string, ds []*delivery) {
 	}
 	for i, res := range w.applier.Apply(ctx, jobs) {
 		d := todo[i]
+		d.res = &res
 		d.outcome, d.settle = w.settled(d, queueName, res)
 		d.run.Attempts, d.run.CommitMessage = res.Attempts, res.Message
 		if !res.Commit.IsZero() && res.Err == nil {
@@ -152,11 +167,93 @@ func (w *Worker) apply(ctx context.Context, queueName string, ds []*delivery) {
 	}
 }
 
+// handOver gives the follower the commits pushed, in order, and the changes
+// to follow: those of applied messages (a ledger record alone changes
+// nothing in the cluster).
+func (w *Worker) handOver(ds []*delivery) {
+	var commits []string
+	var targets []readiness.Target
+	now := time.Now()
+	for _, d := range ds {
+		res := d.res
+		if res == nil || res.Err != nil || !res.Applied {
+			continue
+		}
+		commits = append(commits, res.Commit.String())
+		if d.outcome != OutcomeApplied {
+			continue
+		}
+		targets = append(targets, readiness.Target{
+			MessageID: d.msg.ID, Queue: d.run.Queue, Kind: d.run.Kind, Tenant: d.run.Tenant, Tier: d.run.Tier,
+			Commit: res.Commit.String(), Pushed: now, Releases: res.Releases,
+		})
+	}
+	if len(commits) > 0 {
+		w.follow.Pushed(commits, targets)
+	}
+}
+
+// Stage records that a followed change reached a stage.
+func (w *Worker) Stage(t readiness.Target, stage string, at time.Time) {
+	w.runs.UpdateDone(t.MessageID, func(r *runs.Run) {
+		if r.Commit != t.Commit {
+			return
+		}
+		r.Live = stage
+		if r.LiveMS == nil {
+			r.LiveMS = map[string]int64{}
+		}
+		r.LiveMS[stage] = at.Sub(t.Pushed).Milliseconds()
+	})
+}
+
+// Done records a followed change's end and publishes its readiness event.
+func (w *Worker) Done(ctx context.Context, e readiness.Event) {
+	w.metrics.Readiness.WithLabelValues(e.Kind, e.Outcome).Inc()
+	if e.Outcome == readiness.OutcomeReady {
+		w.metrics.TimeToReady.WithLabelValues(e.Kind).Observe(e.Done.Sub(e.Pushed).Seconds())
+	}
+	ms := func(t time.Time) int64 {
+		if t.IsZero() {
+			return 0
+		}
+		return max(t.Sub(e.Pushed).Milliseconds(), 1)
+	}
+	stages := &results.Stages{PushedAt: e.Pushed.UTC(), FetchedMS: ms(e.Fetched), AppliedMS: ms(e.Applied), DoneMS: ms(e.Done)}
+	w.Stage(e.Target, e.Outcome, e.Done)
+	w.runs.UpdateDone(e.MessageID, func(r *runs.Run) {
+		if r.Commit == e.Commit && e.Message != "" {
+			r.LiveError = strings.TrimPrefix(e.Reason+": "+e.Message, ": ")
+		}
+	})
+	log := zerolog.Ctx(ctx).With().Str("message_id", e.MessageID).Str("kind", e.Kind).Str("tenant", e.Tenant).
+		Str("tier", e.Tier).Str("commit", e.Commit).Str("readiness", e.Outcome).
+		Int64("fetched_ms", stages.FetchedMS).Int64("applied_ms", stages.AppliedMS).Int64("done_ms", stages.DoneMS).Logger()
+	switch e.Outcome {
+	case readiness.OutcomeReady:
+		log.Info().Msg("tenant change is live in the cluster")
+	default:
+		log.Warn().Str("reason", e.Reason).Str("error", e.Message).Msg("tenant change is not live in the cluster")
+	}
+	w.publishResults(ctx, log, []results.Event{{
+		MessageID: e.MessageID, Queue: e.Queue, Kind: e.Kind, TenantID: e.Tenant, Tier: e.Tier,
+		Outcome: e.Outcome, Reason: e.Reason, Error: e.Message, CommitSHA: e.Commit,
+		DurationMS: e.Done.Sub(e.Pushed).Milliseconds(), Stages: stages,
+	}})
+}
+
 // finish records each delivery's outcome in metrics and the run history,
 // and publishes the result events of the finished ones.
 func (w *Worker) finish(ctx context.Context, log zerolog.Logger, queueName string, ds []*delivery, start time.Time) {
 	finished := time.Now()
 	var events []results.Event
+	if w.follow != nil {
+		for _, d := range ds {
+			if d.outcome == OutcomeApplied {
+				d.run.Live = readiness.StagePushed
+			}
+		}
+	}
 	for _, d := range ds {
 		w.metrics.Messages.WithLabelValues(queueName, d.outcome).Inc()
 		w.metrics.MessageDuration.WithLabelValues(queueName, d.outcome).Observe(finished.Sub(start).Seconds())
@@ -172,6 +269,9 @@ func (w *Worker) finish(ctx context.Context, log zerolog.Logger, queueName strin
 		}
 	}
 	w.publishResults(ctx, log, events)
+	if w.follow != nil {
+		w.handOver(ds)
+	}
 }
 
 // publishResults sends the result events of finished messages. A failure

@@ -1,0 +1,255 @@
+package integration
+
+import (
+	"context"
+	"fmt"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"helm.sh/helm/v3/pkg/chart/loader"
+	"helm.sh/helm/v3/pkg/chartutil"
+	"helm.sh/helm/v3/pkg/engine"
+	authv1 "k8s.io/api/authentication/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"sigs.k8s.io/yaml"
+
+	"github.com/tenant-worker/tenant-worker/internal/config"
+	"github.com/tenant-worker/tenant-worker/internal/flux"
+	"github.com/tenant-worker/tenant-worker/internal/results"
+	"github.com/tenant-worker/tenant-worker/internal/testenv/controlplane"
+)
+
+// cluster is a control plane with Flux, the platform's Flux objects
+// pointed at the harness's repository, and the stand-ins for what it lacks.
+type cluster struct {
+	*controlplane.ControlPlane
+	standIn  *controlplane.StandIn
+	platform *controlplane.Platform
+}
+
+// startCluster runs a control plane for h's repository until the test ends.
+func startCluster(t *testing.T, h *harness) *cluster {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	cp, err := controlplane.Start(ctx, t.TempDir(), controlplane.Options{ControllerManager: true, Flux: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(cp.Close)
+	c := &cluster{ControlPlane: cp, standIn: cp.StartStandIn(ctx)}
+	if c.platform, err = cp.InstallPlatform(ctx, t.TempDir(), controlplane.PlatformOptions{
+		RepoURL: h.git.RepoURL(repoName), Username: "git", Password: h.token,
+	}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if t.Failed() {
+			for _, name := range []string{"source-controller", "kustomize-controller", "helm-controller"} {
+				t.Logf("%s log:\n%s", name, cp.Logs(name, 3000))
+			}
+		}
+	})
+	return c
+}
+
+// chartIdentity applies the ServiceAccount and the readiness RBAC the
+// worker's Helm chart renders (release tenant-worker in namespace
+// tenant-worker, default values) and returns a kubeconfig with a token of
+// that ServiceAccount.
+func (c *cluster) chartIdentity(t *testing.T) string {
+	t.Helper()
+	ctx := context.Background()
+	ch, err := loader.Load(filepath.Join("..", "deploy", "helm", "tenant-worker"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	const ns = "tenant-worker"
+	vals, err := chartutil.ToRenderValues(ch, map[string]any{"git": map[string]any{"repoUrl": "https://git.example.com/x.git"},
+		"queues": map[string]any{"onboarding": "a", "offboarding": "b", "deployment": "c"}},
+		chartutil.ReleaseOptions{Name: "tenant-worker", Namespace: ns, Revision: 1, IsInstall: true}, chartutil.DefaultCapabilities)
+	if err != nil {
+		t.Fatal(err)
+	}
+	files, err := engine.Render(ch, vals)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	var sa string
+	for _, name := range []string{"tenant-worker/templates/serviceaccount.yaml", "tenant-worker/templates/rbac.yaml"} {
+		objs, err := controlplane.Decode([]byte(files[name]))
+		if err != nil || len(objs) == 0 {
+			t.Fatalf("%s: %v (%d objects)", name, err, len(objs))
+		}
+		for _, o := range objs {
+			if o.GetKind() == "ServiceAccount" {
+				o.SetNamespace(ns)
+				sa = o.GetName()
+			}
+			b, err := yaml.Marshal(o.Object)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := c.Apply(ctx, b); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	tok, err := c.Client.CoreV1().ServiceAccounts(ns).CreateToken(ctx, sa, &authv1.TokenRequest{
+		Spec: authv1.TokenRequestSpec{ExpirationSeconds: new(int64(3600))}}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(t.TempDir(), "worker.kubeconfig")
+	if err := c.TokenKubeconfig(path, tok.Status.Token); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// release reads a HelmRelease; nil when it does not exist.
+func (c *cluster) release(t *testing.T, name string) *unstructured.Unstructured {
+	t.Helper()
+	hr, err := c.Dynamic.Resource(flux.HelmReleases).Namespace(controlplane.Namespace).Get(context.Background(), name, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return nil
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	return hr
+}
+
+// waitReadiness waits for the readiness event of message id.
+func waitReadiness(t *testing.T, h *harness, resultsURL, id string, timeout time.Duration) results.Event {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	ev, err := results.Wait(ctx, h.api, resultsURL, id, func(e results.Event) bool {
+		return e.Stages != nil
+	}, nil)
+	if err != nil {
+		t.Fatalf("no readiness event for %s: %v\nworker log:\n%s", id, err, tail(h.logs.String(), 4000))
+	}
+	return ev
+}
+
+// TestReadinessOnARealControlPlane follows tenant changes from the push to
+// the HelmRelease, against kube-apiserver with Flux's own controllers
+// reading the platform's own objects: three tiers onboarded, a deployment,
+// an offboarding, a release with no chart, and a tenant that never becomes
+// available.
+func TestReadinessOnARealControlPlane(t *testing.T) {
+	h := newHarness(t, false)
+	resultsURL := h.withResults()
+	c := startCluster(t, h)
+	// The worker runs as the chart's ServiceAccount, with exactly the
+	// chart's RBAC: what it may not do fails this test.
+	kubeconfig := c.chartIdentity(t)
+	h.tune = chain(h.tune, func(o *config.Options) {
+		o.Kubeconfig = kubeconfig
+		o.ReadyTimeout = 2 * time.Minute
+	})
+	h.start()
+	if got := h.httpGet("/readyz"); got != "ready\n" {
+		t.Fatalf("readyz = %q", got)
+	}
+
+	// Three tiers, each to ready, with the tenant's values in the cluster.
+	tenants := map[string]string{"premium": "rd-prem", "advanced": "rd-adv", "basic": "rd-bas"}
+	ids := map[string]string{}
+	for tier, tenant := range tenants {
+		ids[tier] = h.send(h.q.onboarding, fmt.Sprintf(`{"tenant_id":%q,"tenant_tier":%q,"release_version":"0.0"}`, tenant, tier))
+	}
+	for tier, tenant := range tenants {
+		ev := waitReadiness(t, h, resultsURL, ids[tier], 3*time.Minute)
+		if ev.Outcome != "ready" || ev.TenantID != tenant || ev.Tier != tier || ev.Kind != "onboarding" {
+			t.Fatalf("%s: readiness event %+v", tier, ev)
+		}
+		if ev.Stages.FetchedMS <= 0 || ev.Stages.AppliedMS < ev.Stages.FetchedMS || ev.Stages.DoneMS < ev.Stages.AppliedMS {
+			t.Errorf("%s: stages out of order: %+v", tier, *ev.Stages)
+		}
+		hr := c.release(t, tenant+"-"+tier)
+		if hr == nil || !controlplane.ConditionTrue(hr, "Ready") {
+			t.Fatalf("%s: HelmRelease %s-%s not ready: %v", tier, tenant, tier, hr)
+		}
+		if v, _, _ := unstructured.NestedString(hr.Object, "spec", "values", "tenantId"); v != tenant {
+			t.Errorf("%s: HelmRelease values.tenantId = %q", tier, v)
+		}
+		// The chart's workloads are in the release's target namespace (the
+		// tenant's own, or the pool's for basic).
+		ns, _, _ := unstructured.NestedString(hr.Object, "spec", "targetNamespace")
+		deps, err := c.Client.AppsV1().Deployments(ns).List(context.Background(), metav1.ListOptions{})
+		if err != nil || len(deps.Items) == 0 {
+			t.Errorf("%s: no Deployments of the release in namespace %q: %v", tier, ns, err)
+		}
+	}
+	if c.standIn.Writes("Deployment") == 0 {
+		t.Error("the stand-in wrote no Deployment status: the readiness test proved nothing of Helm's wait")
+	}
+	runs := h.apiRuns("?id=" + ids["premium"])
+	if len(runs.Runs) != 1 || runs.Runs[0].Live != "ready" || runs.Runs[0].LiveMS["applied"] <= 0 {
+		t.Errorf("/api/runs does not show the run ready in the cluster: %+v", runs.Runs)
+	}
+
+	// A deployment moves every HelmRelease of the tier to chart 1.0.x.
+	dep := h.send(h.q.deployment, `{"tenant_tier":"premium","release_version":"1.0"}`)
+	if ev := waitReadiness(t, h, resultsURL, dep, 3*time.Minute); ev.Outcome != "ready" {
+		t.Fatalf("deployment: %+v", ev)
+	}
+	hr := c.release(t, "rd-prem-premium")
+	hist, _, _ := unstructured.NestedSlice(hr.Object, "status", "history")
+	if len(hist) == 0 || !strings.HasPrefix(fmt.Sprint(hist[0].(map[string]any)["chartVersion"]), "1.0.") {
+		t.Errorf("after the deployment the release is at %v, not 1.0.x", hist)
+	}
+
+	// An offboarding: the release and then the namespace are gone.
+	off := h.send(h.q.offboarding, `{"tenant_id":"rd-bas","tenant_tier":"basic"}`)
+	if ev := waitReadiness(t, h, resultsURL, off, 3*time.Minute); ev.Outcome != "ready" {
+		t.Fatalf("offboarding: %+v", ev)
+	}
+	if c.release(t, "rd-bas-basic") != nil {
+		t.Error("the offboarded tenant's HelmRelease still exists")
+	}
+	h.waitFor("the offboarded tenant's namespace to be deleted", 2*time.Minute, func() bool {
+		_, err := c.Client.CoreV1().Namespaces().Get(context.Background(), "rd-bas", metav1.GetOptions{})
+		return apierrors.IsNotFound(err)
+	})
+
+	// A release version the Helm repository does not have: failed, with
+	// Flux's own words.
+	missing := h.send(h.q.onboarding, `{"tenant_id":"rd-miss","tenant_tier":"advanced","release_version":"9.9"}`)
+	ev := waitReadiness(t, h, resultsURL, missing, 3*time.Minute)
+	if ev.Outcome != "failed" || ev.Reason == "" || !strings.Contains(ev.Error, "9.9") {
+		t.Fatalf("missing chart: %+v", ev)
+	}
+
+	// A tenant whose Deployment never becomes available: timeout.
+	c.standIn.NeverAvailable("rd-never")
+	h.stop()
+	h.tune = chain(h.tune, func(o *config.Options) { o.ReadyTimeout = 15 * time.Second })
+	h.start()
+	never := h.send(h.q.onboarding, `{"tenant_id":"rd-never","tenant_tier":"advanced","release_version":"0.0"}`)
+	ev = waitReadiness(t, h, resultsURL, never, 2*time.Minute)
+	if ev.Outcome != "timeout" || !strings.Contains(ev.Error, "rd-never") {
+		t.Fatalf("never available: %+v", ev)
+	}
+}
+
+// chain runs a, then b.
+func chain(a, b func(*config.Options)) func(*config.Options) {
+	return func(o *config.Options) {
+		if a != nil {
+			a(o)
+		}
+		b(o)
+	}
+}

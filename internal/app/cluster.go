@@ -1,0 +1,126 @@
+package app
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	wconfig "github.com/tenant-worker/tenant-worker/internal/config"
+	"github.com/tenant-worker/tenant-worker/internal/flux"
+	"github.com/tenant-worker/tenant-worker/internal/gitops"
+	"github.com/tenant-worker/tenant-worker/internal/metrics"
+	"github.com/tenant-worker/tenant-worker/internal/pipeline"
+	"github.com/tenant-worker/tenant-worker/internal/readiness"
+	"github.com/tenant-worker/tenant-worker/internal/runs"
+	"github.com/tenant-worker/tenant-worker/internal/worker"
+)
+
+// fluxClient returns the client of the cluster Flux runs in, or nil when
+// readiness is off or the worker has no cluster access.
+func fluxClient(o wconfig.Options) (*flux.Client, error) {
+	if o.Readiness == "off" {
+		return nil, nil
+	}
+	cfg, err := flux.LoadConfig(o.Kubeconfig)
+	if err != nil || cfg == nil {
+		return nil, err
+	}
+	return flux.New(cfg, flux.Options{Namespace: o.FluxNamespace, GitRepository: o.FluxGitRepository, Kustomizations: o.Kustomizations()})
+}
+
+// follower follows every pushed change into the cluster and reports
+// through the worker (run history, metrics, result events).
+func follower(ctx context.Context, o wconfig.Options, c *flux.Client, p *pipeline.Pipeline, w *worker.Worker, m *metrics.Metrics) *readiness.Follower {
+	log := zerolog.Ctx(ctx)
+	return readiness.New(c, readiness.Options{
+		Timeout:     o.ReadyTimeout,
+		NoReconcile: !o.FluxReconcile,
+		Sync: func(ctx context.Context) (string, error) {
+			h, err := p.Sync(ctx)
+			return h.String(), err
+		},
+		OnStage: w.Stage,
+		OnDone:  func(e readiness.Event) { w.Done(ctx, e) },
+		OnReconcile: func(err error) {
+			if err != nil {
+				m.ReconcileRequests.WithLabelValues(metrics.RequestFailed).Inc()
+				return
+			}
+			m.ReconcileRequests.WithLabelValues(metrics.RequestSent).Inc()
+		},
+		OnRead: func(err error) {
+			m.ClusterReadErrors.Inc()
+			log.Warn().Err(err).Msg("could not read Flux's objects")
+		},
+		OnPending: func(n int) { m.ReadinessPending.Set(float64(n)) },
+	})
+}
+
+// servedCheckEvery is how often the templates' kinds are checked against
+// what the cluster serves (also at start).
+const servedCheckEvery = time.Minute
+
+// watchServed checks, at start and then every minute, that the cluster
+// serves every kind the templates and pooled environments declare; what it
+// does not is reported on /readyz (through unserved), the status page and
+// a metric, with the fix.
+func watchServed(ctx context.Context, c *flux.Client, p *pipeline.Pipeline, l gitops.Layout, m *metrics.Metrics, rec *runs.Recorder, unserved *atomic.Pointer[string]) {
+	log := zerolog.Ctx(ctx)
+	last := ""
+	for {
+		var refs []gitops.TypeRef
+		err := p.Read(ctx, func(r gitops.Reader) error {
+			var err error
+			refs, err = l.Types(r)
+			return err
+		})
+		var missing []flux.Unserved
+		if err == nil {
+			kinds := make([]flux.Kind, len(refs))
+			for i, t := range refs {
+				kinds[i] = flux.Kind{APIVersion: t.APIVersion, Kind: t.Kind, File: t.File}
+			}
+			missing, err = c.Unserved(ctx, kinds)
+		}
+		if err != nil {
+			if ctx.Err() != nil {
+				return
+			}
+			log.Warn().Err(err).Msg("could not check the templates' kinds against the cluster")
+		} else {
+			m.UnservedKinds.Set(float64(len(missing)))
+			var lines []string
+			for _, u := range missing {
+				lines = append(lines, u.String())
+			}
+			text := strings.Join(lines, "; ")
+			if text == "" {
+				unserved.Store(nil)
+				rec.SetWarning("")
+			} else {
+				s := fmt.Sprintf("the cluster does not serve what the templates render, every such change would fail in Flux: %s", text)
+				unserved.Store(&s)
+				rec.SetWarning(s)
+			}
+			if text != last {
+				if text == "" {
+					log.Info().Msg("the cluster serves every kind the templates render")
+				} else {
+					log.Error().Str("unserved", text).Msg("the cluster does not serve what the templates render; every such change would fail in Flux")
+				}
+				last = text
+			}
+		}
+		t := time.NewTimer(servedCheckEvery)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return
+		case <-t.C:
+		}
+	}
+}

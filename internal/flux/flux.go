@@ -1,0 +1,240 @@
+// Package flux is the worker's access to the cluster Flux runs in: it asks
+// Flux to reconcile now, reads where Flux stands (the revision the
+// GitRepository fetched and each Kustomization applied, each HelmRelease's
+// state), and checks that the cluster serves every kind the templates
+// render. It reads and patches objects as unstructured data, so it needs no
+// Flux API module and works with any Flux that serves the v1 source and
+// kustomize APIs and helm.toolkit.fluxcd.io/v2.
+package flux
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/discovery"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+)
+
+// The resources the worker reads; it patches the first two.
+var (
+	GitRepositories = schema.GroupVersionResource{Group: "source.toolkit.fluxcd.io", Version: "v1", Resource: "gitrepositories"}
+	Kustomizations  = schema.GroupVersionResource{Group: "kustomize.toolkit.fluxcd.io", Version: "v1", Resource: "kustomizations"}
+	HelmReleases    = schema.GroupVersionResource{Group: "helm.toolkit.fluxcd.io", Version: "v2", Resource: "helmreleases"}
+)
+
+// RequestedAtAnnotation asks a Flux object to reconcile now; its value is
+// any string that differs from the last one Flux handled.
+const RequestedAtAnnotation = "reconcile.fluxcd.io/requestedAt"
+
+// Options name the Flux objects the worker follows.
+type Options struct {
+	// Namespace of the GitRepository and the Kustomizations.
+	Namespace string
+	// GitRepository is the source that reads the GitOps repository.
+	GitRepository string
+	// Kustomizations apply the tenants and pooled-envs folders.
+	Kustomizations []string
+}
+
+// LoadConfig returns the cluster configuration: from kubeconfig when it is
+// set, else the in-cluster one; nil when there is neither (the feature is
+// then off).
+func LoadConfig(kubeconfig string) (*rest.Config, error) {
+	if kubeconfig != "" {
+		cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
+		if err != nil {
+			return nil, fmt.Errorf("load KUBECONFIG %s: %w", kubeconfig, err)
+		}
+		return cfg, nil
+	}
+	if os.Getenv("KUBERNETES_SERVICE_HOST") == "" {
+		return nil, nil
+	}
+	cfg, err := rest.InClusterConfig()
+	if err != nil {
+		return nil, fmt.Errorf("load the in-cluster configuration: %w", err)
+	}
+	return cfg, nil
+}
+
+// Client reads and nudges Flux's objects.
+type Client struct {
+	dyn  dynamic.Interface
+	disc discovery.DiscoveryInterface
+	o    Options
+}
+
+// New returns a Client for the cluster of cfg.
+func New(cfg *rest.Config, o Options) (*Client, error) {
+	cfg = rest.CopyConfig(cfg)
+	cfg.UserAgent = "tenant-worker"
+	dyn, err := dynamic.NewForConfig(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("cluster client: %w", err)
+	}
+	disc, err := discovery.NewDiscoveryClientForConfig(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("cluster discovery client: %w", err)
+	}
+	return &Client{dyn: dyn, disc: disc, o: o}, nil
+}
+
+// RequestReconcile annotates the GitRepository and the Kustomizations with
+// reconcile.fluxcd.io/requestedAt, so that Flux fetches and applies now
+// instead of at its next interval.
+func (c *Client) RequestReconcile(ctx context.Context, at time.Time) error {
+	patch, err := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]string{
+		RequestedAtAnnotation: at.UTC().Format(time.RFC3339Nano)}}})
+	if err != nil {
+		return err
+	}
+	var errs []error
+	do := func(gvr schema.GroupVersionResource, name string) {
+		_, err := c.dyn.Resource(gvr).Namespace(c.o.Namespace).Patch(ctx, name, types.MergePatchType, patch, metav1.PatchOptions{FieldManager: "tenant-worker"})
+		if err != nil {
+			errs = append(errs, fmt.Errorf("annotate %s %s/%s: %w", gvr.Resource, c.o.Namespace, name, err))
+		}
+	}
+	do(GitRepositories, c.o.GitRepository)
+	for _, k := range c.o.Kustomizations {
+		do(Kustomizations, k)
+	}
+	return errors.Join(errs...)
+}
+
+// Condition is a status condition of a Flux object.
+type Condition struct {
+	Status  string // True, False, Unknown; empty when absent
+	Reason  string
+	Message string
+	// ObservedGeneration is the generation the condition speaks of.
+	ObservedGeneration int64
+}
+
+// Kustomization is where one Kustomization stands.
+type Kustomization struct {
+	Name string
+	// Path is the folder it applies, without a leading "./".
+	Path string
+	// LastApplied and LastAttempted are commit hashes.
+	LastApplied, LastAttempted string
+	Ready, Stalled             Condition
+	Current                    bool // observedGeneration == generation
+}
+
+// HelmRelease is where one HelmRelease stands.
+type HelmRelease struct {
+	Namespace, Name string
+	Exists          bool
+	Deleting        bool
+	Current         bool // observedGeneration == generation
+	Generation      int64
+	// ChartVersion is the chart version of the last release Helm made.
+	ChartVersion   string
+	Ready, Stalled Condition
+}
+
+// State is one reading of Flux's objects.
+type State struct {
+	// Fetched is the commit of the GitRepository's artifact.
+	Fetched        string
+	Source         Condition
+	Kustomizations []Kustomization
+	// Releases by namespace/name; only of the namespaces asked for.
+	Releases map[string]HelmRelease
+}
+
+// Read reads the GitRepository, the Kustomizations and the HelmReleases of
+// the namespaces given.
+func (c *Client) Read(ctx context.Context, namespaces []string) (State, error) {
+	var st State
+	src, err := c.dyn.Resource(GitRepositories).Namespace(c.o.Namespace).Get(ctx, c.o.GitRepository, metav1.GetOptions{})
+	if err != nil {
+		return st, fmt.Errorf("read GitRepository %s/%s: %w", c.o.Namespace, c.o.GitRepository, err)
+	}
+	rev, _, _ := unstructured.NestedString(src.Object, "status", "artifact", "revision")
+	st.Fetched, st.Source = commitOf(rev), condition(src, "Ready")
+	for _, name := range c.o.Kustomizations {
+		k, err := c.dyn.Resource(Kustomizations).Namespace(c.o.Namespace).Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return st, fmt.Errorf("read Kustomization %s/%s: %w", c.o.Namespace, name, err)
+		}
+		p, _, _ := unstructured.NestedString(k.Object, "spec", "path")
+		applied, _, _ := unstructured.NestedString(k.Object, "status", "lastAppliedRevision")
+		attempted, _, _ := unstructured.NestedString(k.Object, "status", "lastAttemptedRevision")
+		st.Kustomizations = append(st.Kustomizations, Kustomization{
+			Name: name, Path: strings.Trim(strings.TrimPrefix(p, "./"), "/"),
+			LastApplied: commitOf(applied), LastAttempted: commitOf(attempted),
+			Ready: condition(k, "Ready"), Stalled: condition(k, "Stalled"), Current: current(k),
+		})
+	}
+	st.Releases = map[string]HelmRelease{}
+	for _, ns := range namespaces {
+		list, err := c.dyn.Resource(HelmReleases).Namespace(ns).List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return st, fmt.Errorf("list HelmReleases in %s: %w", ns, err)
+		}
+		for i := range list.Items {
+			hr := &list.Items[i]
+			version := ""
+			if hist, _, _ := unstructured.NestedSlice(hr.Object, "status", "history"); len(hist) > 0 {
+				if m, ok := hist[0].(map[string]any); ok {
+					version, _ = m["chartVersion"].(string)
+				}
+			}
+			st.Releases[ns+"/"+hr.GetName()] = HelmRelease{
+				Namespace: ns, Name: hr.GetName(), Exists: true, Deleting: hr.GetDeletionTimestamp() != nil,
+				Current: current(hr), Generation: hr.GetGeneration(), ChartVersion: version,
+				Ready: condition(hr, "Ready"), Stalled: condition(hr, "Stalled"),
+			}
+		}
+	}
+	return st, nil
+}
+
+// IsNotFound reports whether err says an object does not exist.
+func IsNotFound(err error) bool { return apierrors.IsNotFound(err) }
+
+// commitOf takes the commit hash out of a Flux revision
+// ("main@sha1:<hash>", or a bare hash from older Flux).
+func commitOf(rev string) string {
+	if i := strings.LastIndex(rev, ":"); i >= 0 {
+		return rev[i+1:]
+	}
+	if i := strings.LastIndex(rev, "/"); i >= 0 {
+		return rev[i+1:]
+	}
+	return rev
+}
+
+func condition(o *unstructured.Unstructured, typ string) Condition {
+	conds, _, _ := unstructured.NestedSlice(o.Object, "status", "conditions")
+	for _, c := range conds {
+		m, _ := c.(map[string]any)
+		if m["type"] == typ {
+			s, _ := m["status"].(string)
+			r, _ := m["reason"].(string)
+			msg, _ := m["message"].(string)
+			gen, _, _ := unstructured.NestedInt64(m, "observedGeneration")
+			return Condition{Status: s, Reason: r, Message: msg, ObservedGeneration: gen}
+		}
+	}
+	return Condition{}
+}
+
+func current(o *unstructured.Unstructured) bool {
+	seen, ok, _ := unstructured.NestedInt64(o.Object, "status", "observedGeneration")
+	return ok && seen == o.GetGeneration()
+}

@@ -1,0 +1,160 @@
+package readiness
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/tenant-worker/tenant-worker/internal/flux"
+	"github.com/tenant-worker/tenant-worker/internal/gitops"
+)
+
+// fakeCluster hands out the states of a script, one per reading; the last
+// one stays.
+type fakeCluster struct {
+	mu       sync.Mutex
+	states   []flux.State
+	requests int
+}
+
+func (c *fakeCluster) RequestReconcile(context.Context, time.Time) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.requests++
+	return nil
+}
+
+func (c *fakeCluster) Read(context.Context, []string) (flux.State, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	st := c.states[0]
+	if len(c.states) > 1 {
+		c.states = c.states[1:]
+	}
+	return st, nil
+}
+
+const tenantsPath = "application-plane/production/tenants"
+
+func kust(applied, attempted string, ready flux.Condition) []flux.Kustomization {
+	return []flux.Kustomization{
+		{Name: "dataplane-tenants", Path: tenantsPath, LastApplied: applied, LastAttempted: attempted, Ready: ready, Current: true},
+		{Name: "dataplane-pooled-envs", Path: "application-plane/production/pooled-envs", LastApplied: "old", Current: true},
+	}
+}
+
+func hr(version string, ready flux.Condition) map[string]flux.HelmRelease {
+	return map[string]flux.HelmRelease{"flux-system/t1-premium": {
+		Namespace: "flux-system", Name: "t1-premium", Exists: true, Current: true, ChartVersion: version, Ready: ready, Generation: 1,
+	}}
+}
+
+var (
+	readyTrue = flux.Condition{Status: "True", Reason: "InstallSucceeded"}
+	progress  = flux.Condition{Status: "Unknown", Reason: "Progressing"}
+)
+
+func target(gone bool) Target {
+	return Target{MessageID: "m1", Kind: "onboarding", Commit: "c1", Pushed: time.Now(), Releases: []gitops.Release{{
+		Path: tenantsPath + "/premium/t1.yaml", Namespace: "flux-system", Name: "t1-premium", Version: "0.0.x", Gone: gone,
+	}}}
+}
+
+func TestFollow(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		gone    bool
+		states  []flux.State
+		outcome string
+		stages  []string
+		reason  string
+	}{
+		{name: "ready after each stage", states: []flux.State{
+			{Fetched: "old", Kustomizations: kust("old", "old", readyTrue)},
+			{Fetched: "c1", Kustomizations: kust("old", "old", readyTrue)},
+			{Fetched: "c1", Kustomizations: kust("c1", "c1", readyTrue), Releases: hr("", progress)},
+			{Fetched: "c1", Kustomizations: kust("c1", "c1", readyTrue), Releases: hr("0.0.1", readyTrue)},
+		}, outcome: OutcomeReady, stages: []string{StageFetched, StageApplied}},
+		{name: "a later commit holds it", states: []flux.State{
+			{Fetched: "c2", Kustomizations: kust("c2", "c2", readyTrue), Releases: hr("0.0.1", readyTrue)},
+		}, outcome: OutcomeReady, stages: []string{StageFetched, StageApplied}},
+		{name: "ready at the wrong chart waits", states: []flux.State{
+			{Fetched: "c1", Kustomizations: kust("c1", "c1", readyTrue), Releases: hr("1.0.1", readyTrue)},
+		}, outcome: OutcomeTimeout, stages: []string{StageFetched, StageApplied}},
+		{name: "the Kustomization fails", states: []flux.State{
+			{Fetched: "c1", Kustomizations: kust("old", "c1", flux.Condition{Status: "False", Reason: "ReconciliationFailed", Message: "no matches for kind"})},
+		}, outcome: OutcomeFailed, stages: []string{StageFetched}, reason: "ReconciliationFailed"},
+		{name: "the release fails", states: []flux.State{
+			{Fetched: "c1", Kustomizations: kust("c1", "c1", readyTrue), Releases: hr("", flux.Condition{Status: "False", Reason: "InstallFailed", Message: "timed out", ObservedGeneration: 1})},
+		}, outcome: OutcomeFailed, stages: []string{StageFetched, StageApplied}, reason: "InstallFailed"},
+		{name: "a chart on its way is no failure", states: []flux.State{
+			{Fetched: "c1", Kustomizations: kust("c1", "c1", readyTrue), Releases: hr("", flux.Condition{Status: "False", Reason: "SourceNotReady",
+				Message: "HelmChart 'flux-system/flux-system-t1-premium' is not ready: does not have an artifact", ObservedGeneration: 1})},
+			{Fetched: "c1", Kustomizations: kust("c1", "c1", readyTrue), Releases: hr("0.0.1", readyTrue)},
+		}, outcome: OutcomeReady, stages: []string{StageFetched, StageApplied}},
+		{name: "a chart version that does not exist fails", states: []flux.State{
+			{Fetched: "c1", Kustomizations: kust("c1", "c1", readyTrue), Releases: hr("", flux.Condition{Status: "False", Reason: "SourceNotReady",
+				Message: "HelmChart 'flux-system/flux-system-t1-premium' is not ready: invalid chart reference: no 'helm-tenant-chart' chart with version matching '9.9.x' found", ObservedGeneration: 1})},
+		}, outcome: OutcomeFailed, stages: []string{StageFetched, StageApplied}, reason: "SourceNotReady"},
+		{name: "an offboarding waits for the release to go", gone: true, states: []flux.State{
+			{Fetched: "c1", Kustomizations: kust("c1", "c1", readyTrue), Releases: hr("0.0.1", readyTrue)},
+			{Fetched: "c1", Kustomizations: kust("c1", "c1", readyTrue)},
+		}, outcome: OutcomeReady, stages: []string{StageFetched, StageApplied}},
+		{name: "nothing moves", states: []flux.State{
+			{Fetched: "old", Kustomizations: kust("old", "old", readyTrue)},
+		}, outcome: OutcomeTimeout},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := &fakeCluster{states: tc.states}
+			var mu sync.Mutex
+			var stages []string
+			done := make(chan Event, 1)
+			// A timeout is due at once where one is the outcome, never
+			// otherwise: the outcome does not hang on the machine's speed.
+			timeout := time.Hour
+			if tc.outcome == OutcomeTimeout {
+				timeout = time.Nanosecond
+			}
+			f := New(c, Options{Timeout: timeout, Poll: time.Millisecond,
+				OnStage: func(_ Target, s string, _ time.Time) { mu.Lock(); stages = append(stages, s); mu.Unlock() },
+				OnDone:  func(e Event) { done <- e }})
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			go f.Run(ctx)
+			f.Pushed([]string{"old"}, nil)
+			f.Pushed([]string{"c1", "c2"}, []Target{target(tc.gone)})
+			e := <-done
+			mu.Lock()
+			defer mu.Unlock()
+			if e.Outcome != tc.outcome || e.Reason != tc.reason {
+				t.Fatalf("outcome %s (%s: %s), want %s (%s)", e.Outcome, e.Reason, e.Message, tc.outcome, tc.reason)
+			}
+			if len(stages) != len(tc.stages) {
+				t.Fatalf("stages %v, want %v", stages, tc.stages)
+			}
+			for i := range stages {
+				if stages[i] != tc.stages[i] {
+					t.Fatalf("stages %v, want %v", stages, tc.stages)
+				}
+			}
+			if f.Pending() != 0 {
+				t.Errorf("%d still followed", f.Pending())
+			}
+			if c.requests == 0 {
+				t.Error("no reconcile request")
+			}
+		})
+	}
+}
+
+func TestVersionMatches(t *testing.T) {
+	for _, tc := range []struct {
+		want, have string
+		ok         bool
+	}{{"1.0.x", "1.0.1", true}, {"1.0.x", "0.0.1", false}, {"", "0.0.1", true}, {"", "", false}, {"0.0.1", "0.0.1", true}, {"9.9.x", "", false}} {
+		if got := versionMatches(tc.want, tc.have); got != tc.ok {
+			t.Errorf("versionMatches(%q, %q) = %v", tc.want, tc.have, got)
+		}
+	}
+}
