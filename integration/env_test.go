@@ -231,8 +231,18 @@ func (h *harness) gitea() *gitea.Server {
 	return g
 }
 
-// start runs the worker in this process until the test ends.
+// start runs the worker in this process until the test ends, and waits
+// until it is ready.
 func (h *harness) start() {
+	h.t.Helper()
+	h.launchInProcess()
+	h.waitFor("worker ready", 20*time.Second, func() bool {
+		return h.httpGet("/readyz") == "ready\n"
+	})
+}
+
+// launchInProcess runs the worker in this process until the test ends.
+func (h *harness) launchInProcess() {
 	h.t.Helper()
 	opts := config.Default()
 	opts.OnboardingQueue, opts.OffboardingQueue, opts.DeploymentQueue = h.q.onboarding, h.q.offboarding, h.q.deployment
@@ -279,9 +289,6 @@ func (h *harness) start() {
 		})
 	}
 	h.t.Cleanup(h.stop)
-	h.waitFor("worker ready", 20*time.Second, func() bool {
-		return h.httpGet("/readyz") == "ready\n"
-	})
 }
 
 func (h *harness) httpGet(path string) string {

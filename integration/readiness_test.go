@@ -16,6 +16,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"sigs.k8s.io/yaml"
 
 	"github.com/tenant-worker/tenant-worker/internal/config"
@@ -241,6 +242,48 @@ func TestReadinessOnARealControlPlane(t *testing.T) {
 	ev = waitReadiness(t, h, resultsURL, never, 2*time.Minute)
 	if ev.Outcome != "timeout" || !strings.Contains(ev.Error, "rd-never") {
 		t.Fatalf("never available: %+v", ev)
+	}
+
+	// A cluster whose Flux no longer serves helm.toolkit.fluxcd.io/v2beta1,
+	// which the platform's templates say: reported at start, with the fix.
+	c.unserve(t, "helmreleases.helm.toolkit.fluxcd.io", "v2beta1")
+	h.stop()
+	h.launchInProcess()
+	h.waitFor("the unserved kind on /readyz", 30*time.Second, func() bool {
+		return strings.Contains(h.httpGet("/readyz"), "helm.toolkit.fluxcd.io/v2beta1 HelmRelease")
+	})
+	readyz := h.httpGet("/readyz")
+	if !strings.Contains(readyz, "write apiVersion: helm.toolkit.fluxcd.io/v2") {
+		t.Errorf("/readyz names no fix: %q", readyz)
+	}
+	if !strings.Contains(h.httpGet("/metrics"), "tenant_worker_unserved_kinds 1") {
+		t.Error("the metric does not count the unserved kind")
+	}
+	if !strings.Contains(h.httpGet("/"), "v2beta1") {
+		t.Error("the status page does not show the unserved kind")
+	}
+}
+
+// unserve stops the CRD name from serving version.
+func (c *cluster) unserve(t *testing.T, name, version string) {
+	t.Helper()
+	ctx := context.Background()
+	res := c.Dynamic.Resource(schema.GroupVersionResource{Group: "apiextensions.k8s.io", Version: "v1", Resource: "customresourcedefinitions"})
+	crd, err := res.Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	versions, _, _ := unstructured.NestedSlice(crd.Object, "spec", "versions")
+	for _, v := range versions {
+		if m := v.(map[string]any); m["name"] == version {
+			m["served"] = false
+		}
+	}
+	if err := unstructured.SetNestedSlice(crd.Object, versions, "spec", "versions"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := res.Update(ctx, crd, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
 	}
 }
 
