@@ -50,7 +50,7 @@ func TestAlertRules(t *testing.T) {
 		}
 	}
 	for _, a := range []string{"TenantWorkerDeadLetterQueueGrowing", "TenantWorkerNoPushWhileMessagesWait",
-		"TenantWorkerLockWaitHigh", "TenantWorkerRetriesClimbing"} {
+		"TenantWorkerLockWaitHigh", "TenantWorkerRetriesClimbing", "TenantWorkerTenantNotReady", "TenantWorkerTemplatesUnservedByCluster"} {
 		if !alerts[a] {
 			t.Errorf("no alert %s", a)
 		}

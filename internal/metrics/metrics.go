@@ -42,7 +42,7 @@ type Metrics struct {
 	ReadinessPending prometheus.Gauge
 	// ReconcileRequests counts the requests to Flux to reconcile now.
 	ReconcileRequests *prometheus.CounterVec
-	// ClusterReads counts failed readings of Flux's objects.
+	// ClusterReadErrors counts failed readings of Flux's objects.
 	ClusterReadErrors prometheus.Counter
 	// UnservedKinds is how many kinds the templates render that the
 	// cluster does not serve (every tenant of such a template would fail).
