@@ -2,6 +2,7 @@ package integration
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"path/filepath"
 	"strings"
@@ -201,6 +202,13 @@ func TestReadinessOnARealControlPlane(t *testing.T) {
 		t.Errorf("/api/runs does not show the run ready in the cluster: %+v", runs.Runs)
 	}
 
+	// A person onboards a tenant and waits until it is live.
+	out, errOut, code := h.cli(queueName(resultsURL), "send", "onboarding", "--tenant-id", "rd-cli", "--tier", "advanced",
+		"--release", "0.0", "--wait", "--until", "ready")
+	if code != 0 || !strings.Contains(out, "applied: onboarding rd-cli advanced") || !strings.Contains(out, "ready: onboarding rd-cli advanced is live in the cluster") {
+		t.Fatalf("send --wait --until ready: exit %d\n%s\n%s", code, out, errOut)
+	}
+
 	// A deployment moves every HelmRelease of the tier to chart 1.0.x.
 	dep := h.send(h.q.deployment, `{"tenant_tier":"premium","release_version":"1.0"}`)
 	if ev := waitReadiness(t, h, resultsURL, dep, 3*time.Minute); ev.Outcome != "ready" {
@@ -227,9 +235,14 @@ func TestReadinessOnARealControlPlane(t *testing.T) {
 
 	// A release version the Helm repository does not have: failed, with
 	// Flux's own words.
-	missing := h.send(h.q.onboarding, `{"tenant_id":"rd-miss","tenant_tier":"advanced","release_version":"9.9"}`)
-	ev := waitReadiness(t, h, resultsURL, missing, 3*time.Minute)
-	if ev.Outcome != "failed" || ev.Reason == "" || !strings.Contains(ev.Error, "9.9") {
+	out, errOut, code = h.cli(queueName(resultsURL), "send", "onboarding", "--tenant-id", "rd-miss", "--tier", "advanced",
+		"--release", "9.9", "--wait", "--until", "ready", "--json")
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	var ev results.Event
+	if err := json.Unmarshal([]byte(lines[len(lines)-1]), &ev); err != nil || code != 1 {
+		t.Fatalf("send --until ready of a missing chart: exit %d, %v\n%s\n%s", code, err, out, errOut)
+	}
+	if ev.Outcome != "failed" || ev.Reason == "" || !strings.Contains(ev.Error, "9.9") || ev.Stages == nil {
 		t.Fatalf("missing chart: %+v", ev)
 	}
 
