@@ -46,7 +46,8 @@ func (l Layout) Releases(before Reader, files map[string][]byte) []Release {
 			}
 			content = old
 		}
-		for _, r := range helmReleases(content) {
+		rs, _ := HelmReleases(content) // what does not decode, validation has judged
+		for _, r := range rs {
 			r.Path, r.Gone = p, gone
 			out = append(out, r)
 		}
@@ -67,9 +68,10 @@ func (l Layout) appliedByFlux(p string) bool {
 	return false
 }
 
-// helmReleases decodes the HelmRelease documents of a manifest. Documents
-// that do not decode are skipped: validation has judged the file already.
-func helmReleases(content []byte) []Release {
+// HelmReleases decodes the HelmRelease documents of a manifest (Path and
+// Gone left unset). On a document that does not decode it returns those
+// before it and the error.
+func HelmReleases(content []byte) ([]Release, error) {
 	dec := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader(content), 4096)
 	var out []Release
 	for {
@@ -89,10 +91,10 @@ func helmReleases(content []byte) []Release {
 		}
 		err := dec.Decode(&doc)
 		if errors.Is(err, io.EOF) {
-			return out
+			return out, nil
 		}
 		if err != nil {
-			return out
+			return out, err
 		}
 		if doc.Kind == "HelmRelease" && doc.Metadata.Name != "" {
 			out = append(out, Release{Namespace: doc.Metadata.Namespace, Name: doc.Metadata.Name, Version: doc.Spec.Chart.Spec.Version})

@@ -5,14 +5,11 @@
 package inventory
 
 import (
-	"bytes"
 	"fmt"
 	"path"
 	"regexp"
 	"sort"
 	"strings"
-
-	"sigs.k8s.io/yaml"
 
 	"github.com/tenant-worker/tenant-worker/internal/gitops"
 	"github.com/tenant-worker/tenant-worker/internal/kustomization"
@@ -122,23 +119,12 @@ func describe(r gitops.Reader, name string, t *Tenant) error {
 	for _, m := range imagePolicy.FindAllSubmatch(content, -1) {
 		t.Images[string(m[2])] = string(m[1])
 	}
-	for _, doc := range bytes.Split(content, []byte("\n---")) {
-		var obj struct {
-			Kind string `json:"kind"`
-			Spec struct {
-				Chart struct {
-					Spec struct {
-						Version string `json:"version"`
-					} `json:"spec"`
-				} `json:"chart"`
-			} `json:"spec"`
-		}
-		if err := yaml.Unmarshal(doc, &obj); err != nil {
-			return fmt.Errorf("%s: %w", name, err)
-		}
-		if obj.Kind == "HelmRelease" {
-			t.ChartVersion = obj.Spec.Chart.Spec.Version
-		}
+	rs, err := gitops.HelmReleases(content)
+	if err != nil {
+		return fmt.Errorf("%s: %w", name, err)
+	}
+	for _, r := range rs {
+		t.ChartVersion = r.Version
 	}
 	return nil
 }

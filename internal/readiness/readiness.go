@@ -128,11 +128,8 @@ func (f *Follower) Pushed(commits []string, targets []Target) {
 		f.pending = append(f.pending, &follow{Target: t, pos: f.order[t.Commit]})
 	}
 	f.asked = f.asked || len(commits) > 0
-	n := len(f.pending)
 	f.mu.Unlock()
-	if f.o.OnPending != nil {
-		f.o.OnPending(n)
-	}
+	f.report(nil)
 	select {
 	case f.wake <- struct{}{}:
 	default:
@@ -237,17 +234,27 @@ func (f *Follower) step(ctx context.Context) {
 		}
 		kept = append(kept, p)
 	}
-	clear(f.pending[len(kept):])
-	f.pending = kept
-	n := len(kept)
+	f.keep(kept)
 	f.mu.Unlock()
-	if f.o.OnPending != nil {
-		f.o.OnPending(n)
-	}
 	if f.o.OnStage != nil {
 		for _, s := range stages {
 			s()
 		}
+	}
+	f.report(done)
+}
+
+// keep makes kept (a prefix of pending's array) the followed changes;
+// f.mu is held.
+func (f *Follower) keep(kept []*follow) {
+	clear(f.pending[len(kept):])
+	f.pending = kept
+}
+
+// report tells how many changes are followed, then the ends of done.
+func (f *Follower) report(done []Event) {
+	if f.o.OnPending != nil {
+		f.o.OnPending(f.Pending())
 	}
 	if f.o.OnDone != nil {
 		for _, e := range done {
@@ -352,18 +359,9 @@ func (f *Follower) timeouts(now time.Time, why string) {
 		}
 		kept = append(kept, p)
 	}
-	clear(f.pending[len(kept):])
-	f.pending = kept
-	n := len(kept)
+	f.keep(kept)
 	f.mu.Unlock()
-	if f.o.OnPending != nil {
-		f.o.OnPending(n)
-	}
-	if f.o.OnDone != nil {
-		for _, e := range done {
-			f.o.OnDone(e)
-		}
-	}
+	f.report(done)
 }
 
 // reads reports whether Kustomization k applies any of the releases' files

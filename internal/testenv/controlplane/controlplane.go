@@ -15,7 +15,6 @@ package controlplane
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"net"
 	"net/http"
@@ -53,24 +52,11 @@ func Dir() (string, error) {
 	if p := os.Getenv("CONTROLPLANE_DIR"); p != "" {
 		return p, nil
 	}
-	dir, err := os.Getwd()
+	bin, err := loopback.Tool(filepath.Join("controlplane-"+Stamp, "bin", "kube-apiserver"), "controlplane")
 	if err != nil {
 		return "", err
 	}
-	for {
-		p := filepath.Join(dir, ".tools", "controlplane-"+Stamp)
-		if _, err := os.Stat(filepath.Join(p, "bin", "kube-apiserver")); err == nil {
-			return p, nil
-		}
-		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
-			return "", fmt.Errorf("no control plane at %s: run `make controlplane` (make test does)", p)
-		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			return "", errors.New("no control plane: run `make controlplane` (make test does)")
-		}
-		dir = parent
-	}
+	return filepath.Dir(filepath.Dir(bin)), nil
 }
 
 // Options shape a control plane.

@@ -42,24 +42,7 @@ func Binary() (string, error) {
 	if p := os.Getenv("GITEA_BIN"); p != "" {
 		return p, nil
 	}
-	dir, err := os.Getwd()
-	if err != nil {
-		return "", err
-	}
-	for {
-		p := filepath.Join(dir, ".tools", "gitea-"+Version, "gitea")
-		if _, err := os.Stat(p); err == nil {
-			return p, nil
-		}
-		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
-			return "", fmt.Errorf("no Gitea binary at %s: run `make gitea` (make test does)", p)
-		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			return "", errors.New("no Gitea binary: run `make gitea` (make test does)")
-		}
-		dir = parent
-	}
+	return loopback.Tool(filepath.Join("gitea-"+Version, "gitea"), "gitea")
 }
 
 // Server is a running Gitea.

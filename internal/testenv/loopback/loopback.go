@@ -1,10 +1,15 @@
 // Package loopback has what the test servers share: a free port on
-// 127.0.0.1, and stopping a server process by its PID.
+// 127.0.0.1, stopping a server process by its PID, and finding what a make
+// target built into .tools.
 package loopback
 
 import (
+	"errors"
+	"fmt"
 	"net"
+	"os"
 	"os/exec"
+	"path/filepath"
 	"syscall"
 	"time"
 )
@@ -32,5 +37,29 @@ func Stop(cmd *exec.Cmd, done <-chan error, grace time.Duration) {
 	case <-time.After(grace):
 		_ = cmd.Process.Kill()
 		<-done
+	}
+}
+
+// Tool finds what a make target built into .tools at the root of this
+// module: the file rel under .tools, looked for from the working folder
+// up to the folder of go.mod. target names the make target for the error.
+func Tool(rel, target string) (string, error) {
+	dir, err := os.Getwd()
+	if err != nil {
+		return "", err
+	}
+	for {
+		p := filepath.Join(dir, ".tools", rel)
+		if _, err := os.Stat(p); err == nil {
+			return p, nil
+		}
+		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
+			return "", fmt.Errorf("nothing at %s: run `make %s` (make test does)", p, target)
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			return "", errors.New("no .tools/" + rel + ": run `make " + target + "` (make test does)")
+		}
+		dir = parent
 	}
 }
