@@ -246,6 +246,21 @@ func TestReadinessOnARealControlPlane(t *testing.T) {
 		t.Fatalf("missing chart: %+v", ev)
 	}
 
+	// The worker stops while it follows a change (the tenant's Deployment
+	// is held unavailable until then): after a restart the event comes.
+	c.standIn.NeverAvailable("rd-late")
+	late := h.send(h.q.onboarding, `{"tenant_id":"rd-late","tenant_tier":"premium","release_version":"0.0"}`)
+	h.waitFor("rd-late pushed", time.Minute, func() bool { return h.finished(late) })
+	if r := h.apiRuns("?id=" + late).Runs; len(r) != 1 || r[0].Live == "ready" {
+		t.Fatalf("rd-late is not pending before the stop: %+v", r)
+	}
+	h.stop()
+	c.standIn.Available("rd-late")
+	h.start()
+	if ev := waitReadiness(t, h, resultsURL, late, 3*time.Minute); ev.Outcome != "ready" || ev.TenantID != "rd-late" || ev.Tier != "premium" || ev.Kind != "onboarding" {
+		t.Fatalf("after a restart: %+v", ev)
+	}
+
 	// A tenant whose Deployment never becomes available: timeout.
 	c.standIn.NeverAvailable("rd-never")
 	h.stop()

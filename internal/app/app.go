@@ -248,6 +248,7 @@ func Run(ctx context.Context, c Config) error {
 	if cluster != nil {
 		f := follower(ctx, o, cluster, p, w, m)
 		w.Follow(f)
+		rebuild(ctx, o, repo, f)
 		wg.Go(func() { f.Run(ctx) })
 		wg.Go(func() { watchServed(ctx, cluster, p, gitops.Layout{Root: o.GitopsRoot}, m, rec, &unserved) })
 		log.Info().Str("namespace", o.FluxNamespace).Str("git_repository", o.FluxGitRepository).Strs("kustomizations", o.Kustomizations()).

@@ -12,6 +12,7 @@ import (
 	wconfig "github.com/tenant-worker/tenant-worker/internal/config"
 	"github.com/tenant-worker/tenant-worker/internal/flux"
 	"github.com/tenant-worker/tenant-worker/internal/gitops"
+	"github.com/tenant-worker/tenant-worker/internal/gitrepo"
 	"github.com/tenant-worker/tenant-worker/internal/metrics"
 	"github.com/tenant-worker/tenant-worker/internal/pipeline"
 	"github.com/tenant-worker/tenant-worker/internal/readiness"
@@ -58,6 +59,45 @@ func follower(ctx context.Context, o wconfig.Options, c *flux.Client, p *pipelin
 		},
 		OnPending: func(n int) { m.ReadinessPending.Set(float64(n)) },
 	})
+}
+
+// historyDepth bounds the commits a restarted worker reads back to find
+// the changes it was following.
+const historyDepth = 1000
+
+// rebuild hands the follower the worker's commits of the last READY_TIMEOUT
+// that changed what Flux applies, read back from the branch: the changes a
+// stopped worker was following get their readiness events after a restart
+// (or again, if it had sent them: events are at least once).
+func rebuild(ctx context.Context, o wconfig.Options, repo *gitrepo.Repo, f *readiness.Follower) {
+	log := zerolog.Ctx(ctx)
+	commits, err := repo.Recent(ctx, time.Now().Add(-o.ReadyTimeout), historyDepth)
+	if err != nil {
+		log.Warn().Err(err).Msg("could not read the recent commits; changes pushed before this start get no readiness event")
+		return
+	}
+	l := gitops.Layout{Root: o.GitopsRoot}
+	var order []string
+	var targets []readiness.Target
+	for i := len(commits) - 1; i >= 0; i-- {
+		c := commits[i]
+		order = append(order, c.Hash.String())
+		tr := pipeline.Trailers(c.Message)
+		id := tr[pipeline.TrailerMessageID]
+		if id == "" || !l.Touches(c.Changed) {
+			continue // someone else's commit, or a ledger record
+		}
+		targets = append(targets, readiness.Target{
+			MessageID: id, Queue: tr[pipeline.TrailerQueue], Kind: tr[pipeline.TrailerKind],
+			Tenant: tr[pipeline.TrailerTenant], Tier: tr[pipeline.TrailerTier],
+			Commit: c.Hash.String(), Pushed: c.When, Releases: l.Releases(c.Before, c.Changed),
+		})
+	}
+	if len(order) > 0 {
+		f.Pushed(order, targets)
+	}
+	log.Info().Int("commits", len(commits)).Int("followed", len(targets)).Dur("since", o.ReadyTimeout).
+		Msg("following again the changes pushed before this start")
 }
 
 // servedCheckEvery is how often the templates' kinds are checked against

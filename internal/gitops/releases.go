@@ -55,6 +55,19 @@ func (l Layout) Releases(before Reader, files map[string][]byte) []Release {
 	return out
 }
 
+// Touches reports whether files change anything under the folders Flux
+// applies (tenants and pooled environments), not only the ledger.
+func (l Layout) Touches(files map[string][]byte) bool {
+	for p := range files {
+		for _, dir := range []string{l.TenantsDir(), l.PooledEnvsDir()} {
+			if strings.HasPrefix(p, dir+"/") {
+				return true
+			}
+		}
+	}
+	return false
+}
+
 // appliedByFlux reports whether p is a manifest of a folder Flux applies.
 func (l Layout) appliedByFlux(p string) bool {
 	if !strings.HasSuffix(p, ".yaml") || path.Base(p) == "kustomization.yaml" {

@@ -195,10 +195,27 @@ func (b *batch) push(ctx context.Context) error {
 const (
 	TrailerMessageID = "Tenant-Worker-Message-Id"
 	TrailerQueue     = "Tenant-Worker-Queue"
+	// The request, so that a restarted worker can follow its recent
+	// commits into the cluster again.
+	TrailerKind   = "Tenant-Worker-Kind"
+	TrailerTenant = "Tenant-Worker-Tenant"
+	TrailerTier   = "Tenant-Worker-Tier"
 )
 
-// withTrailers appends the message's id and queue to a commit message. The
-// subject keeps the reference platform's wording.
+// Trailers reads the worker's trailers of a commit message.
+func Trailers(msg string) map[string]string {
+	out := map[string]string{}
+	for _, line := range strings.Split(msg, "\n") {
+		k, v, ok := strings.Cut(line, ": ")
+		if ok && strings.HasPrefix(k, "Tenant-Worker-") {
+			out[k] = strings.TrimSpace(v)
+		}
+	}
+	return out
+}
+
+// withTrailers appends the message's id, queue and request to a commit
+// message. The subject keeps the reference platform's wording.
 func withTrailers(subject string, job Job) string {
 	if job.MessageID == "" {
 		return subject + "\n"
@@ -207,8 +224,13 @@ func withTrailers(subject string, job Job) string {
 	b.WriteString(subject)
 	b.WriteString("\n\n")
 	fmt.Fprintf(&b, "%s: %s\n", TrailerMessageID, job.MessageID)
-	if job.Queue != "" {
-		fmt.Fprintf(&b, "%s: %s\n", TrailerQueue, job.Queue)
+	for _, t := range []struct{ key, value string }{
+		{TrailerQueue, job.Queue}, {TrailerKind, string(job.Request.Kind)},
+		{TrailerTenant, job.Request.TenantID}, {TrailerTier, job.Request.Tier},
+	} {
+		if t.value != "" {
+			fmt.Fprintf(&b, "%s: %s\n", t.key, t.value)
+		}
 	}
 	return b.String()
 }

@@ -43,6 +43,13 @@ func (s *StandIn) NeverAvailable(ns string) {
 	s.never[ns] = true
 }
 
+// Available undoes NeverAvailable.
+func (s *StandIn) Available(ns string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	delete(s.never, ns)
+}
+
 // Writes returns how many status writes the stand-in made of kind
 // ("Deployment" or "Terraform").
 func (s *StandIn) Writes(kind string) int {
