@@ -35,7 +35,8 @@ type PlatformOptions struct {
 // Platform is what InstallPlatform set up.
 type Platform struct {
 	// ChartURL is the Helm repository helm-tenant-chart serves.
-	ChartURL string
+	ChartURL  string
+	chartsDir string
 	// Kustomizations are the names of the dataplane Kustomizations.
 	Kustomizations []string
 }
@@ -96,7 +97,7 @@ data:
 	if err := cp.Apply(ctx, []byte(objects)); err != nil {
 		return nil, err
 	}
-	p := &Platform{ChartURL: url}
+	p := &Platform{ChartURL: url, chartsDir: charts}
 	for _, f := range []string{"tenants.yaml", "pooled-envs.yaml"} {
 		b, err := platformFS.ReadFile("platform/" + f)
 		if err != nil {
@@ -156,4 +157,21 @@ func PackageChart(src, out, baseURL string, versions []string) error {
 		return err
 	}
 	return idx.WriteFile(filepath.Join(out, "index.yaml"), 0o644)
+}
+
+// AddChart packages the chart in folder src into the Helm repository at
+// ChartURL too (the worker's own chart, for one).
+func (p *Platform) AddChart(src string) error {
+	ch, err := loader.LoadDir(src)
+	if err != nil {
+		return fmt.Errorf("load chart %s: %w", src, err)
+	}
+	if _, err := chartutil.Save(ch, p.chartsDir); err != nil {
+		return fmt.Errorf("package chart %s: %w", src, err)
+	}
+	idx, err := repo.IndexDirectory(p.chartsDir, p.ChartURL)
+	if err != nil {
+		return err
+	}
+	return idx.WriteFile(filepath.Join(p.chartsDir, "index.yaml"), 0o644)
 }
