@@ -126,4 +126,3 @@ func changed(parent, c *object.Commit) (map[string][]byte, error) {
 	}
 	return out, nil
 }
-
