@@ -93,9 +93,11 @@ test: tools gitea controlplane debs vet fmt-check
 
 # Latency (with and without commit signing), throughput, floor, reference
 # and memory at 10, 1,000 and 10,000 tenants; prints a table and writes
-# bench/results/<time>.json. Then the cost of one signature by key kind.
+# bench/results/<time>.json; then the time to live on a control plane with
+# Flux (-live=false skips it, -only live runs it alone). Then the cost of one
+# signature by key kind.
 BENCH_FLAGS ?=
-bench: tools gitea build
+bench: tools gitea controlplane build
 	$(GO) run ./cmd/bench $(BENCH_FLAGS)
 	$(GO) test -run '^$$' -bench '^BenchmarkSign$$' ./internal/signing/
 

@@ -176,6 +176,7 @@ func TestReadinessOnARealControlPlane(t *testing.T) {
 		if ev.Outcome != "ready" || ev.TenantID != tenant || ev.Tier != tier || ev.Kind != "onboarding" {
 			t.Fatalf("%s: readiness event %+v", tier, ev)
 		}
+		t.Logf("%s: fetched %d ms, applied %d ms, ready %d ms after the push", tier, ev.Stages.FetchedMS, ev.Stages.AppliedMS, ev.Stages.DoneMS)
 		if ev.Stages.FetchedMS <= 0 || ev.Stages.AppliedMS < ev.Stages.FetchedMS || ev.Stages.DoneMS < ev.Stages.AppliedMS {
 			t.Errorf("%s: stages out of order: %+v", tier, *ev.Stages)
 		}

@@ -30,20 +30,27 @@ func run() int {
 	giteaOnboard := flag.Int("gitea-onboardings", 100, "single onboardings per size against Gitea")
 	giteaFloor := flag.Int("gitea-floor", 50, "git CLI pushes and floor commits per size against Gitea")
 	giteaRef := flag.Int("gitea-reference", 20, "reference onboardings per size against Gitea")
+	live := flag.Bool("live", true, "also measure the time to live on a control plane with Flux (make controlplane builds it)")
+	liveSizes := flag.String("live-sizes", "10,500", "tenants installed in the cluster for the time to live, comma-separated")
+	liveRequest := flag.Int("live-request", 20, "onboardings per size with the reconcile request")
+	liveInterval := flag.Int("live-interval", 20, "onboardings per size at Flux's 1-minute interval (about 35 s each)")
+	only := flag.String("only", "", "run only this part: git, gitea or live")
 	flag.Parse()
 
 	if *refN < 0 {
 		*refN = *onboard
 	}
+	lo := bench.LiveOptions{Request: *liveRequest, Interval: *liveInterval, Binary: *binary}
+	var err error
+	if lo.Sizes, err = parseSizes(*liveSizes); err != nil {
+		fmt.Fprintln(os.Stderr, "bench:", err)
+		return 2
+	}
 	opts := bench.Options{Onboard: *onboard, Floor: *floorN, Reference: *refN, Backlog: *backlog, BacklogAt: *backlogAt,
 		Binary: *binary, RefScript: *script}
-	for _, s := range strings.Split(*sizes, ",") {
-		n, err := strconv.Atoi(strings.TrimSpace(s))
-		if err != nil {
-			fmt.Fprintf(os.Stderr, "bench: bad size %q\n", s)
-			return 2
-		}
-		opts.Sizes = append(opts.Sizes, n)
+	if opts.Sizes, err = parseSizes(*sizes); err != nil {
+		fmt.Fprintln(os.Stderr, "bench:", err)
+		return 2
 	}
 	if _, err := os.Stat(opts.RefScript); err != nil {
 		fmt.Fprintf(os.Stderr, "bench: %s not found; the reference is not measured\n", opts.RefScript)
@@ -56,10 +63,13 @@ func run() int {
 	}
 	defer faux.Close()
 	opts.SQSEndpint = faux.Endpoint
-	results, err := bench.Run(context.Background(), opts, os.Stderr)
-	fmt.Print(bench.Table(results))
+	var results []bench.SizeResult
+	if *only == "" || *only == "git" {
+		results, err = bench.Run(context.Background(), opts, os.Stderr)
+		fmt.Print(bench.Table(results))
+	}
 	var giteaResults []bench.GiteaResult
-	if err == nil && *onGitea {
+	if err == nil && *onGitea && (*only == "" || *only == "gitea") {
 		g := opts
 		g.Onboard, g.Floor, g.Reference = *giteaOnboard, *giteaFloor, *giteaRef
 		if g.RefScript == "" {
@@ -69,7 +79,14 @@ func run() int {
 		fmt.Println()
 		fmt.Print(bench.GiteaTable(giteaResults))
 	}
-	if name, werr := bench.WriteJSON(*out, results, giteaResults); werr == nil && len(results) > 0 {
+	var liveResults []bench.LiveResult
+	if err == nil && *live && (*only == "" || *only == "live") {
+		lo.SQSEndpoint = faux.Endpoint
+		liveResults, err = bench.RunLive(context.Background(), lo, os.Stderr)
+		fmt.Println()
+		fmt.Print(bench.LiveTable(liveResults))
+	}
+	if name, werr := bench.WriteJSON(*out, results, giteaResults, liveResults); werr == nil {
 		fmt.Println("results written to", name)
 	}
 	if err != nil {
@@ -77,4 +94,16 @@ func run() int {
 		return 1
 	}
 	return 0
+}
+
+func parseSizes(list string) ([]int, error) {
+	var out []int
+	for _, s := range strings.Split(list, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(s))
+		if err != nil {
+			return nil, fmt.Errorf("bad size %q", s)
+		}
+		out = append(out, n)
+	}
+	return out, nil
 }

@@ -386,12 +386,12 @@ func startWorker(binary, repoURL, endpoint string, queues []string, env ...strin
 }
 
 // WriteJSON writes the results under dir, named by the time.
-func WriteJSON(dir string, results []SizeResult, onGitea []GiteaResult) (string, error) {
+func WriteJSON(dir string, results []SizeResult, onGitea []GiteaResult, live []LiveResult) (string, error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return "", err
 	}
 	name := fmt.Sprintf("%s/%s.json", dir, time.Now().UTC().Format("20060102T150405Z"))
-	b, err := json.MarshalIndent(map[string]any{"time": time.Now().UTC(), "results": results, "gitea": onGitea}, "", "  ")
+	b, err := json.MarshalIndent(map[string]any{"time": time.Now().UTC(), "results": results, "gitea": onGitea, "time_to_live": live}, "", "  ")
 	if err != nil {
 		return "", err
 	}
