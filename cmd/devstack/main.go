@@ -51,6 +51,10 @@ func run() int {
 	api := fauxqs.Client(faux.Endpoint)
 	opts := config.Default()
 	opts.LogFormat = "console"
+	// The local git server is no cluster's source: a KUBECONFIG in the
+	// environment must not make the worker annotate that cluster's Flux
+	// objects. READINESS=auto asks for it anyway.
+	opts.Readiness = "off"
 	fs := flag.NewFlagSet("worker", flag.ContinueOnError)
 	opts.Bind(fs, os.Getenv) // LOG_LEVEL, LOG_FORMAT and the rest still apply
 	if opts.ResultsQueue == "" {
