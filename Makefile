@@ -28,7 +28,7 @@ CONTROLPLANE  := $(TOOLS)/controlplane-$(CONTROLPLANE_STAMP)
 SHELL         := /bin/bash
 FUZZTIME      ?= 60s
 
-.PHONY: all build tools gitea controlplane debs run test vet fmt-check fuzz bench clean
+.PHONY: all build tools gitea controlplane debs run test test-deps vet fmt-check fuzz bench clean
 
 all: build
 
@@ -86,7 +86,12 @@ run: tools build
 # triggered by the git protocol, not the clock, so both must pass.
 FAULT_RUN     := $(GO) test -count=1 -run '^TestFaultRun$$' -v ./integration/ \
 		| grep -E '^(=== RUN|--- |PASS|FAIL|ok)|fault run:|_test.go'
-test: tools gitea controlplane debs vet fmt-check
+# What the tests run is built side by side: npm and apt wait on the network
+# while Gitea and the control plane compile.
+test-deps:
+	$(MAKE) --no-print-directory -j4 tools gitea controlplane debs
+
+test: test-deps vet fmt-check
 	$(GO) test -race -count=1 -skip '^TestFaultRun$$' ./...
 	set -o pipefail; $(FAULT_RUN)
 	set -o pipefail; GOMAXPROCS=1 FAULT_SEND_EVERY=200us $(FAULT_RUN)
