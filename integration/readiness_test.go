@@ -24,6 +24,7 @@ import (
 	"github.com/tenant-worker/tenant-worker/internal/flux"
 	"github.com/tenant-worker/tenant-worker/internal/results"
 	"github.com/tenant-worker/tenant-worker/internal/testenv/controlplane"
+	"github.com/tenant-worker/tenant-worker/templates"
 )
 
 // cluster is a control plane with Flux, the platform's Flux objects
@@ -202,6 +203,9 @@ func TestReadinessOnARealControlPlane(t *testing.T) {
 	if len(runs.Runs) != 1 || runs.Runs[0].Live != "ready" || runs.Runs[0].LiveMS["applied"] <= 0 {
 		t.Errorf("/api/runs does not show the run ready in the cluster: %+v", runs.Runs)
 	}
+	if page := h.httpGet("/?id=" + ids["premium"]); !strings.Contains(page, `data-live="ready"`) {
+		t.Errorf("the status page does not show the run ready in the cluster:\n%s", page)
+	}
 
 	// A person onboards a tenant and waits until it is live.
 	out, errOut, code := h.cli(queueName(resultsURL), "send", "onboarding", "--tenant-id", "rd-cli", "--tier", "advanced",
@@ -221,18 +225,28 @@ func TestReadinessOnARealControlPlane(t *testing.T) {
 		t.Errorf("after the deployment the release is at %v, not 1.0.x", hist)
 	}
 
-	// An offboarding: the release and then the namespace are gone.
-	off := h.send(h.q.offboarding, `{"tenant_id":"rd-bas","tenant_tier":"basic"}`)
-	if ev := waitReadiness(t, h, resultsURL, off, 3*time.Minute); ev.Outcome != "ready" {
-		t.Fatalf("offboarding: %+v", ev)
+	// Offboardings: the release and then the tenant's namespace are gone
+	// (advanced has a namespace of its own; basic lives in the pool's).
+	for _, tn := range []struct{ tenant, tier, namespace string }{{"rd-adv", "advanced", "rd-adv"}, {"rd-bas", "basic", ""}} {
+		if tn.namespace != "" {
+			if _, err := c.Client.CoreV1().Namespaces().Get(context.Background(), tn.namespace, metav1.GetOptions{}); err != nil {
+				t.Fatalf("%s: no namespace before the offboarding: %v", tn.tenant, err)
+			}
+		}
+		off := h.send(h.q.offboarding, fmt.Sprintf(`{"tenant_id":%q,"tenant_tier":%q}`, tn.tenant, tn.tier))
+		if ev := waitReadiness(t, h, resultsURL, off, 3*time.Minute); ev.Outcome != "ready" || ev.Kind != "offboarding" {
+			t.Fatalf("offboarding %s: %+v", tn.tenant, ev)
+		}
+		if c.release(t, tn.tenant+"-"+tn.tier) != nil {
+			t.Errorf("the offboarded tenant %s's HelmRelease still exists", tn.tenant)
+		}
+		if tn.namespace != "" {
+			h.waitFor("the offboarded tenant's namespace to be deleted", 2*time.Minute, func() bool {
+				_, err := c.Client.CoreV1().Namespaces().Get(context.Background(), tn.namespace, metav1.GetOptions{})
+				return apierrors.IsNotFound(err)
+			})
+		}
 	}
-	if c.release(t, "rd-bas-basic") != nil {
-		t.Error("the offboarded tenant's HelmRelease still exists")
-	}
-	h.waitFor("the offboarded tenant's namespace to be deleted", 2*time.Minute, func() bool {
-		_, err := c.Client.CoreV1().Namespaces().Get(context.Background(), "rd-bas", metav1.GetOptions{})
-		return apierrors.IsNotFound(err)
-	})
 
 	// A release version the Helm repository does not have: failed, with
 	// Flux's own words.
@@ -290,6 +304,22 @@ func TestReadinessOnARealControlPlane(t *testing.T) {
 	}
 	if !strings.Contains(h.httpGet("/"), "v2beta1") {
 		t.Error("the status page does not show the unserved kind")
+	}
+
+	// Someone adds a kind no cluster serves to a template: reported once
+	// the worker has seen the commit (a message makes it fetch).
+	tmpl := templates.Root + "/tier-templates/basic_tenant_template.yaml"
+	body := h.file(tmpl) + "\n---\napiVersion: example.com/v1\nkind: Widget\nmetadata:\n  name: {TENANT_ID}-widget\n  namespace: flux-system\n"
+	if err := h.git.WriteFile(repoName, "main", tmpl, body, "Add a widget to the basic tier"); err != nil {
+		t.Fatal(err)
+	}
+	seen := h.send(h.q.onboarding, `{"tenant_id":"rd-widget","tenant_tier":"basic","release_version":"0.0"}`)
+	h.waitFor("the onboarding after the template change", time.Minute, func() bool { return h.finished(seen) })
+	h.waitFor("the new unserved kind on /readyz", time.Minute, func() bool {
+		return strings.Contains(h.httpGet("/readyz"), "example.com/v1 Widget")
+	})
+	if !strings.Contains(h.httpGet("/metrics"), "tenant_worker_unserved_kinds 2") {
+		t.Error("the metric does not count both unserved kinds")
 	}
 }
 
