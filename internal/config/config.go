@@ -143,36 +143,15 @@ func (o *Options) BindGroups(fs *flag.FlagSet, getenv func(string) string, group
 		fs.StringVar(p, name, *p, fmt.Sprintf("%s (env %s)", usage, env))
 	}
 	dur := func(p *time.Duration, name, env, usage string) {
-		if v := getenv(env); v != "" {
-			d, err := time.ParseDuration(v)
-			if err != nil {
-				o.envErrs = append(o.envErrs, fmt.Errorf("%s: %w", env, err))
-			} else {
-				*p = d
-			}
-		}
+		fromEnv(o, getenv(env), env, p, time.ParseDuration)
 		fs.DurationVar(p, name, *p, fmt.Sprintf("%s (env %s)", usage, env))
 	}
 	num := func(p *int, name, env, usage string) {
-		if v := getenv(env); v != "" {
-			n, err := strconv.Atoi(v)
-			if err != nil {
-				o.envErrs = append(o.envErrs, fmt.Errorf("%s: %w", env, err))
-			} else {
-				*p = n
-			}
-		}
+		fromEnv(o, getenv(env), env, p, strconv.Atoi)
 		fs.IntVar(p, name, *p, fmt.Sprintf("%s (env %s)", usage, env))
 	}
 	boolean := func(p *bool, name, env, usage string) {
-		if v := getenv(env); v != "" {
-			b, err := strconv.ParseBool(v)
-			if err != nil {
-				o.envErrs = append(o.envErrs, fmt.Errorf("%s: %w", env, err))
-			} else {
-				*p = b
-			}
-		}
+		fromEnv(o, getenv(env), env, p, strconv.ParseBool)
 		fs.BoolVar(p, name, *p, fmt.Sprintf("%s (env %s)", usage, env))
 	}
 	if groups&Queues != 0 {
@@ -221,6 +200,20 @@ func (o *Options) BindGroups(fs *flag.FlagSet, getenv func(string) string, group
 		str(&o.LogLevel, "log-level", "LOG_LEVEL", "debug, info, warn or error")
 		str(&o.LogFormat, "log-format", "LOG_FORMAT", "json or console")
 	}
+}
+
+// fromEnv sets *p from the environment value v of env, when v is set; a
+// value that does not parse is kept for Validate to report.
+func fromEnv[T any](o *Options, v, env string, p *T, parse func(string) (T, error)) {
+	if v == "" {
+		return
+	}
+	t, err := parse(v)
+	if err != nil {
+		o.envErrs = append(o.envErrs, fmt.Errorf("%s: %w", env, err))
+		return
+	}
+	*p = t
 }
 
 // Queue is the queue (name or URL) that carries messages of kind.

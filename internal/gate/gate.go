@@ -78,12 +78,7 @@ func (g *Gate) Close(cause Cause, err error, probe Probe) {
 	g.fault = f
 	g.open = make(chan struct{})
 	close(g.closed)
-	g.notify.Lock()
-	g.mu.Unlock()
-	defer g.notify.Unlock()
-	if g.onChange != nil {
-		g.onChange(f)
-	}
+	g.announce(f)
 }
 
 // Open opens the gate.
@@ -96,11 +91,18 @@ func (g *Gate) Open() {
 	g.fault = nil
 	g.closed = make(chan struct{})
 	close(g.open)
+	g.announce(nil)
+}
+
+// announce reports a change (f, nil for open) to onChange, in the order the
+// changes were made: it takes the notify lock before it lets g.mu go, which
+// the caller holds.
+func (g *Gate) announce(f *Fault) {
 	g.notify.Lock()
 	g.mu.Unlock()
 	defer g.notify.Unlock()
 	if g.onChange != nil {
-		g.onChange(nil)
+		g.onChange(f)
 	}
 }
 
