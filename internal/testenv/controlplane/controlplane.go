@@ -137,7 +137,7 @@ func (cp *ControlPlane) start(ctx context.Context, o Options) error {
 		"--client-ca-file="+p.caCert,
 		"--service-account-issuer=https://kubernetes.default.svc",
 		"--service-account-key-file="+p.saPub, "--service-account-signing-key-file="+p.saKey,
-		"--service-cluster-ip-range=10.96.0.0/24",
+		"--service-cluster-ip-range=10.96.0.0/16",
 		"--authorization-mode=RBAC", "--endpoint-reconciler-type=none",
 		"--enable-priority-and-fairness=false", "--v=0",
 	); err != nil {
