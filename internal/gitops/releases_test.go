@@ -77,3 +77,30 @@ func TestTypes(t *testing.T) {
 		}
 	}
 }
+
+// TestTypesSeesAnAddedKind: a kind added at the end of a template is listed.
+func TestTypesSeesAnAddedKind(t *testing.T) {
+	dir := t.TempDir()
+	if err := os.CopyFS(dir, templates.FS); err != nil {
+		t.Fatal(err)
+	}
+	p := dir + "/" + templates.Root + "/tier-templates/basic_tenant_template.yaml"
+	b, err := os.ReadFile(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b = append(b, "\n---\napiVersion: example.com/v1\nkind: Widget\nmetadata:\n  name: {TENANT_ID}-widget\n  namespace: flux-system\n"...)
+	if err := os.WriteFile(p, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	refs, err := gitops.Layout{Root: templates.Root}.Types(gitops.FS{FS: os.DirFS(dir)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range refs {
+		if r.Kind == "Widget" && r.APIVersion == "example.com/v1" {
+			return
+		}
+	}
+	t.Fatalf("Widget not listed: %+v", refs)
+}
