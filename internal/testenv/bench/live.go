@@ -59,6 +59,10 @@ func RunLive(ctx context.Context, o LiveOptions, progress io.Writer) ([]LiveResu
 			return out, fmt.Errorf("time to live at %d tenants: %w", n, err)
 		}
 		out = append(out, r)
+		// Each size's row as soon as it is measured: a long run stopped
+		// half way keeps what it measured.
+		fmt.Fprintf(progress, "bench (live): %d tenants: request p50 %.0f ms p95 %.0f ms; interval p50 %.0f ms p95 %.0f ms; tenants apply p50 %.0f ms\n",
+			n, r.Request.P50, r.Request.P95, r.Interval.P50, r.Interval.P95, r.TenantsApply.P50)
 	}
 	return out, nil
 }
