@@ -16,7 +16,6 @@ import (
 	"strings"
 	"time"
 
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -203,9 +202,6 @@ func (c *Client) Read(ctx context.Context, namespaces []string) (State, error) {
 	}
 	return st, nil
 }
-
-// IsNotFound reports whether err says an object does not exist.
-func IsNotFound(err error) bool { return apierrors.IsNotFound(err) }
 
 // commitOf takes the commit hash out of a Flux revision
 // ("main@sha1:<hash>", or a bare hash from older Flux).

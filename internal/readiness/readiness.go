@@ -27,9 +27,6 @@ const (
 	OutcomeTimeout = "timeout" // not ready within the timeout
 )
 
-// Outcomes lists every readiness outcome.
-var Outcomes = []string{OutcomeReady, OutcomeFailed, OutcomeTimeout}
-
 // Stages a followed change passes, in order, before its outcome.
 const (
 	StagePushed  = "pushed"
