@@ -3,13 +3,15 @@ package controlplane
 import (
 	"context"
 	"sync"
-	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/dynamic/dynamicinformer"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/tools/cache"
 )
 
 // TerraformGVR is the tofu-controller's Terraform resource.
@@ -20,8 +22,17 @@ var TerraformGVR = schema.GroupVersionResource{Group: "infra.contrib.fluxcd.io",
 // becomes available with all its replicas, every Terraform object is
 // observed. Deployments in a namespace marked NeverAvailable are left as
 // they are, like a tenant whose pods never start.
+//
+// It watches (informers), so a status is written as soon as an object is
+// created or changed, like the recipe in TESTING.md, and costs the API
+// server nothing while nothing changes: a poll listing every Deployment
+// would load the API server in proportion to the tenants and distort the
+// time-to-live measured at 500 of them.
 type StandIn struct {
-	cp *ControlPlane
+	cp  *ControlPlane
+	ctx context.Context
+
+	deployments cache.Store
 
 	mu    sync.Mutex
 	never map[string]bool
@@ -29,10 +40,26 @@ type StandIn struct {
 	writes map[string]int
 }
 
-// StartStandIn runs the stand-in until ctx ends.
+// StartStandIn runs the stand-in until ctx ends. It returns once it has
+// seen every existing object.
 func (cp *ControlPlane) StartStandIn(ctx context.Context) *StandIn {
-	s := &StandIn{cp: cp, never: map[string]bool{}, writes: map[string]int{}}
-	go s.run(ctx)
+	s := &StandIn{cp: cp, ctx: ctx, never: map[string]bool{}, writes: map[string]int{}}
+	typed := informers.NewSharedInformerFactory(cp.Client, 0)
+	deps := typed.Apps().V1().Deployments().Informer()
+	_, _ = deps.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(o any) { s.deployment(o) },
+		UpdateFunc: func(_, o any) { s.deployment(o) },
+	})
+	s.deployments = deps.GetStore()
+	dynamic := dynamicinformer.NewDynamicSharedInformerFactory(cp.Dynamic, 0)
+	tfs := dynamic.ForResource(TerraformGVR).Informer()
+	_, _ = tfs.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(o any) { s.terraform(o) },
+		UpdateFunc: func(_, o any) { s.terraform(o) },
+	})
+	typed.Start(ctx.Done())
+	dynamic.Start(ctx.Done())
+	cache.WaitForCacheSync(ctx.Done(), deps.HasSynced, tfs.HasSynced)
 	return s
 }
 
@@ -43,11 +70,17 @@ func (s *StandIn) NeverAvailable(ns string) {
 	s.never[ns] = true
 }
 
-// Available undoes NeverAvailable.
+// Available undoes NeverAvailable: the namespace's Deployments become
+// available now.
 func (s *StandIn) Available(ns string) {
 	s.mu.Lock()
-	defer s.mu.Unlock()
 	delete(s.never, ns)
+	s.mu.Unlock()
+	for _, o := range s.deployments.List() {
+		if d, ok := o.(*appsv1.Deployment); ok && d.Namespace == ns {
+			s.deployment(d)
+		}
+	}
 }
 
 // Writes returns how many status writes the stand-in made of kind
@@ -70,70 +103,51 @@ func (s *StandIn) count(kind string) {
 	s.writes[kind]++
 }
 
-func (s *StandIn) run(ctx context.Context) {
-	for {
-		s.deployments(ctx)
-		s.terraforms(ctx)
-		select {
-		case <-ctx.Done():
-			return
-		case <-time.After(100 * time.Millisecond):
-		}
+// deployment makes one Deployment available, unless it already is. A
+// write that conflicts with a newer version is retried by that version's
+// update event.
+func (s *StandIn) deployment(o any) {
+	d, ok := o.(*appsv1.Deployment)
+	if !ok || s.skip(d.Namespace) || d.DeletionTimestamp != nil {
+		return
+	}
+	want := int32(1)
+	if d.Spec.Replicas != nil {
+		want = *d.Spec.Replicas
+	}
+	st := d.Status
+	if st.ObservedGeneration == d.Generation && st.AvailableReplicas == want && st.UpdatedReplicas == want && st.Replicas == want {
+		return
+	}
+	d = d.DeepCopy() // the informer's copy is shared
+	now := metav1.Now()
+	d.Status = appsv1.DeploymentStatus{
+		ObservedGeneration: d.Generation, Replicas: want, UpdatedReplicas: want, ReadyReplicas: want, AvailableReplicas: want,
+		Conditions: []appsv1.DeploymentCondition{
+			{Type: appsv1.DeploymentAvailable, Status: corev1.ConditionTrue, Reason: "MinimumReplicasAvailable", LastUpdateTime: now, LastTransitionTime: now},
+			{Type: appsv1.DeploymentProgressing, Status: corev1.ConditionTrue, Reason: "NewReplicaSetAvailable", LastUpdateTime: now, LastTransitionTime: now},
+		},
+	}
+	if _, err := s.cp.Client.AppsV1().Deployments(d.Namespace).UpdateStatus(s.ctx, d, metav1.UpdateOptions{}); err == nil {
+		s.count("Deployment")
 	}
 }
 
-func (s *StandIn) deployments(ctx context.Context) {
-	list, err := s.cp.Client.AppsV1().Deployments("").List(ctx, metav1.ListOptions{})
-	if err != nil {
+// terraform marks one Terraform object observed, unless it already is.
+func (s *StandIn) terraform(obj any) {
+	o, ok := obj.(*unstructured.Unstructured)
+	if !ok || o.GetDeletionTimestamp() != nil {
 		return
 	}
-	for i := range list.Items {
-		d := &list.Items[i]
-		if s.skip(d.Namespace) || d.DeletionTimestamp != nil {
-			continue
-		}
-		want := int32(1)
-		if d.Spec.Replicas != nil {
-			want = *d.Spec.Replicas
-		}
-		st := d.Status
-		if st.ObservedGeneration == d.Generation && st.AvailableReplicas == want && st.UpdatedReplicas == want && st.Replicas == want {
-			continue
-		}
-		now := metav1.Now()
-		d.Status = appsv1.DeploymentStatus{
-			ObservedGeneration: d.Generation, Replicas: want, UpdatedReplicas: want, ReadyReplicas: want, AvailableReplicas: want,
-			Conditions: []appsv1.DeploymentCondition{
-				{Type: appsv1.DeploymentAvailable, Status: corev1.ConditionTrue, Reason: "MinimumReplicasAvailable", LastUpdateTime: now, LastTransitionTime: now},
-				{Type: appsv1.DeploymentProgressing, Status: corev1.ConditionTrue, Reason: "NewReplicaSetAvailable", LastUpdateTime: now, LastTransitionTime: now},
-			},
-		}
-		if _, err := s.cp.Client.AppsV1().Deployments(d.Namespace).UpdateStatus(ctx, d, metav1.UpdateOptions{}); err == nil {
-			s.count("Deployment")
-		}
-	}
-}
-
-func (s *StandIn) terraforms(ctx context.Context) {
-	res := s.cp.Dynamic.Resource(TerraformGVR)
-	list, err := res.List(ctx, metav1.ListOptions{})
-	if err != nil {
+	seen, _, _ := unstructured.NestedInt64(o.Object, "status", "observedGeneration")
+	if seen == o.GetGeneration() {
 		return
 	}
-	for i := range list.Items {
-		o := &list.Items[i]
-		if o.GetDeletionTimestamp() != nil {
-			continue
-		}
-		seen, _, _ := unstructured.NestedInt64(o.Object, "status", "observedGeneration")
-		if seen == o.GetGeneration() {
-			continue
-		}
-		if err := unstructured.SetNestedField(o.Object, o.GetGeneration(), "status", "observedGeneration"); err != nil {
-			continue
-		}
-		if _, err := res.Namespace(o.GetNamespace()).UpdateStatus(ctx, o, metav1.UpdateOptions{}); err == nil {
-			s.count("Terraform")
-		}
+	o = o.DeepCopy()
+	if err := unstructured.SetNestedField(o.Object, o.GetGeneration(), "status", "observedGeneration"); err != nil {
+		return
+	}
+	if _, err := s.cp.Dynamic.Resource(TerraformGVR).Namespace(o.GetNamespace()).UpdateStatus(s.ctx, o, metav1.UpdateOptions{}); err == nil {
+		s.count("Terraform")
 	}
 }
