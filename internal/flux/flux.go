@@ -90,27 +90,33 @@ func New(cfg *rest.Config, o Options) (*Client, error) {
 	return &Client{dyn: dyn, disc: disc, o: o}, nil
 }
 
-// RequestReconcile annotates the GitRepository and the Kustomizations with
-// reconcile.fluxcd.io/requestedAt, so that Flux fetches and applies now
-// instead of at its next interval.
-func (c *Client) RequestReconcile(ctx context.Context, at time.Time) error {
+// RequestFetch annotates the GitRepository with
+// reconcile.fluxcd.io/requestedAt, so that Flux fetches now instead of at
+// its next interval. The Kustomizations that read it start on the new
+// revision by themselves.
+func (c *Client) RequestFetch(ctx context.Context, at time.Time) error {
+	return c.annotate(ctx, GitRepositories, c.o.GitRepository, at)
+}
+
+// RequestApply annotates the named Kustomizations, so that they apply now.
+func (c *Client) RequestApply(ctx context.Context, names []string, at time.Time) error {
+	var errs []error
+	for _, k := range names {
+		errs = append(errs, c.annotate(ctx, Kustomizations, k, at))
+	}
+	return errors.Join(errs...)
+}
+
+func (c *Client) annotate(ctx context.Context, gvr schema.GroupVersionResource, name string, at time.Time) error {
 	patch, err := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]string{
 		RequestedAtAnnotation: at.UTC().Format(time.RFC3339Nano)}}})
 	if err != nil {
 		return err
 	}
-	var errs []error
-	do := func(gvr schema.GroupVersionResource, name string) {
-		_, err := c.dyn.Resource(gvr).Namespace(c.o.Namespace).Patch(ctx, name, types.MergePatchType, patch, metav1.PatchOptions{FieldManager: "tenant-worker"})
-		if err != nil {
-			errs = append(errs, fmt.Errorf("annotate %s %s/%s: %w", gvr.Resource, c.o.Namespace, name, err))
-		}
+	if _, err := c.dyn.Resource(gvr).Namespace(c.o.Namespace).Patch(ctx, name, types.MergePatchType, patch, metav1.PatchOptions{FieldManager: "tenant-worker"}); err != nil {
+		return fmt.Errorf("annotate %s %s/%s: %w", gvr.Resource, c.o.Namespace, name, err)
 	}
-	do(GitRepositories, c.o.GitRepository)
-	for _, k := range c.o.Kustomizations {
-		do(Kustomizations, k)
-	}
-	return errors.Join(errs...)
+	return nil
 }
 
 // Condition is a status condition of a Flux object.
@@ -131,6 +137,8 @@ type Kustomization struct {
 	LastApplied, LastAttempted string
 	Ready, Stalled             Condition
 	Current                    bool // observedGeneration == generation
+	// Reconciling is true while kustomize-controller works on it.
+	Reconciling bool
 }
 
 // HelmRelease is where one HelmRelease stands.
@@ -177,6 +185,7 @@ func (c *Client) Read(ctx context.Context, namespaces []string) (State, error) {
 			Name: name, Path: strings.Trim(strings.TrimPrefix(p, "./"), "/"),
 			LastApplied: commitOf(applied), LastAttempted: commitOf(attempted),
 			Ready: condition(k, "Ready"), Stalled: condition(k, "Stalled"), Current: current(k),
+			Reconciling: condition(k, "Reconciling").Status == "True",
 		})
 	}
 	st.Releases = map[string]HelmRelease{}

@@ -55,7 +55,10 @@ type Event struct {
 
 // Cluster is what the follower needs of Flux; *flux.Client is one.
 type Cluster interface {
-	RequestReconcile(ctx context.Context, at time.Time) error
+	// RequestFetch asks the GitRepository to fetch now.
+	RequestFetch(ctx context.Context, at time.Time) error
+	// RequestApply asks the named Kustomizations to apply now.
+	RequestApply(ctx context.Context, names []string, at time.Time) error
 	Read(ctx context.Context, namespaces []string) (flux.State, error)
 }
 
@@ -73,6 +76,13 @@ type Options struct {
 	// OnStage hears each stage a change reaches; OnDone its end.
 	OnStage func(t Target, stage string, at time.Time)
 	OnDone  func(e Event)
+	// ApplyGrace is how long a Kustomization that reads a followed change
+	// gets to start on a fetched commit by itself before it is asked to
+	// (default 2 s). kustomize-controller starts at once when its source
+	// changes; asking it before the source has the commit would make it
+	// apply the old one first: a full apply of the folder, every tenant's
+	// objects, which the new commit would then wait for.
+	ApplyGrace time.Duration
 	// OnReconcile hears each reconcile request and its error.
 	OnReconcile func(err error)
 	// OnRead hears each reading of the cluster that failed.
@@ -92,9 +102,13 @@ type Follower struct {
 	order   map[string]int // commit -> position in the branch's history as seen
 	next    int
 	pending []*follow
-	asked   bool            // a reconcile request is due
+	asked   bool            // a fetch request is due
 	synced  map[string]bool // unknown revisions a sync was tried for
 	wake    chan struct{}
+
+	fetched    string            // the GitRepository's revision as last read
+	fetchedAt  time.Time         // when it was first read
+	askedApply map[string]string // Kustomization -> revision it was asked to apply
 }
 
 type follow struct {
@@ -111,7 +125,11 @@ func New(c Cluster, o Options) *Follower {
 	if o.Timeout <= 0 {
 		o.Timeout = 10 * time.Minute
 	}
-	return &Follower{cluster: c, o: o, order: map[string]int{}, synced: map[string]bool{}, wake: make(chan struct{}, 1)}
+	if o.ApplyGrace <= 0 {
+		o.ApplyGrace = 2 * time.Second
+	}
+	return &Follower{cluster: c, o: o, order: map[string]int{}, synced: map[string]bool{}, askedApply: map[string]string{},
+		wake: make(chan struct{}, 1)}
 }
 
 // Pushed records commits the worker pushed, oldest first, and follows the
@@ -150,20 +168,13 @@ func (f *Follower) Pending() int {
 
 // Run follows until ctx ends.
 func (f *Follower) Run(ctx context.Context) {
-	log := zerolog.Ctx(ctx)
 	for {
 		f.mu.Lock()
 		ask, n := f.asked, len(f.pending)
 		f.asked = false
 		f.mu.Unlock()
 		if ask && !f.o.NoReconcile {
-			err := f.cluster.RequestReconcile(ctx, time.Now())
-			if f.o.OnReconcile != nil {
-				f.o.OnReconcile(err)
-			}
-			if err != nil && ctx.Err() == nil {
-				log.Warn().Err(err).Msg("could not ask Flux to reconcile now; it will at its interval")
-			}
+			f.requested(ctx, f.cluster.RequestFetch(ctx, time.Now()))
 		}
 		if n > 0 {
 			f.step(ctx)
@@ -181,6 +192,16 @@ func (f *Follower) Run(ctx context.Context) {
 			t.Stop()
 		case <-t.C:
 		}
+	}
+}
+
+// requested reports a reconcile request's result.
+func (f *Follower) requested(ctx context.Context, err error) {
+	if f.o.OnReconcile != nil {
+		f.o.OnReconcile(err)
+	}
+	if err != nil && ctx.Err() == nil {
+		zerolog.Ctx(ctx).Warn().Err(err).Msg("could not ask Flux to reconcile now; it will at its interval")
 	}
 }
 
@@ -215,6 +236,9 @@ func (f *Follower) step(ctx context.Context) {
 		}
 	}
 	now := time.Now()
+	if late := f.late(st, now); len(late) > 0 {
+		f.requested(ctx, f.cluster.RequestApply(ctx, late, now))
+	}
 	var done []Event
 	var stages []func()
 	f.mu.Lock()
@@ -239,6 +263,35 @@ func (f *Follower) step(ctx context.Context) {
 		}
 	}
 	f.report(done)
+}
+
+// late returns the Kustomizations to ask to apply: each reads a followed
+// change the GitRepository has fetched, yet has neither attempted the
+// fetched revision nor started on it within ApplyGrace of the fetch. Each
+// is asked once per revision.
+func (f *Follower) late(st flux.State, now time.Time) []string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if st.Fetched != f.fetched {
+		f.fetched, f.fetchedAt = st.Fetched, now
+	}
+	if f.o.NoReconcile || st.Fetched == "" || now.Sub(f.fetchedAt) < f.o.ApplyGrace {
+		return nil
+	}
+	var late []string
+	for _, k := range st.Kustomizations {
+		if k.LastAttempted == st.Fetched || k.Reconciling || f.askedApply[k.Name] == st.Fetched {
+			continue
+		}
+		for _, p := range f.pending {
+			if f.atOrAfter(st.Fetched, p.pos) && !f.atOrAfter(k.LastApplied, p.pos) && reads(k, p.Releases) {
+				f.askedApply[k.Name] = st.Fetched
+				late = append(late, k.Name)
+				break
+			}
+		}
+	}
+	return late
 }
 
 // keep makes kept (a prefix of pending's array) the followed changes;

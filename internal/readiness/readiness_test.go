@@ -2,6 +2,7 @@ package readiness
 
 import (
 	"context"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -13,15 +14,23 @@ import (
 // fakeCluster hands out the states of a script, one per reading; the last
 // one stays.
 type fakeCluster struct {
-	mu       sync.Mutex
-	states   []flux.State
-	requests int
+	mu      sync.Mutex
+	states  []flux.State
+	fetches int
+	applies []string
 }
 
-func (c *fakeCluster) RequestReconcile(context.Context, time.Time) error {
+func (c *fakeCluster) RequestFetch(context.Context, time.Time) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	c.requests++
+	c.fetches++
+	return nil
+}
+
+func (c *fakeCluster) RequestApply(_ context.Context, names []string, _ time.Time) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.applies = append(c.applies, names...)
 	return nil
 }
 
@@ -141,8 +150,8 @@ func TestFollow(t *testing.T) {
 			if f.Pending() != 0 {
 				t.Errorf("%d still followed", f.Pending())
 			}
-			if c.requests == 0 {
-				t.Error("no reconcile request")
+			if c.fetches == 0 {
+				t.Error("no fetch request")
 			}
 		})
 	}
@@ -156,5 +165,51 @@ func TestVersionMatches(t *testing.T) {
 		if got := versionMatches(tc.want, tc.have); got != tc.ok {
 			t.Errorf("versionMatches(%q, %q) = %v", tc.want, tc.have, got)
 		}
+	}
+}
+
+// TestApplyRequests: the Kustomizations are asked to apply only when they
+// have not started on a fetched commit by themselves, once per revision,
+// and only those that read the change.
+func TestApplyRequests(t *testing.T) {
+	idle := flux.State{Fetched: "c1", Kustomizations: kust("old", "old", readyTrue)}
+	busy := flux.State{Fetched: "c1", Kustomizations: kust("old", "old", readyTrue)}
+	busy.Kustomizations[0].Reconciling = true
+	started := flux.State{Fetched: "c1", Kustomizations: kust("old", "c1", progress)}
+	done := flux.State{Fetched: "c1", Kustomizations: kust("c1", "c1", readyTrue), Releases: hr("0.0.1", readyTrue)}
+	for _, tc := range []struct {
+		name        string
+		states      []flux.State
+		noReconcile bool
+		want        []string
+	}{
+		{name: "started by itself", states: []flux.State{idle, started, started, done}},
+		{name: "busy with the old revision", states: []flux.State{busy, busy, busy, busy, done}},
+		{name: "idle after the fetch, asked once", states: []flux.State{idle, idle, idle, idle, idle, done}, want: []string{"dataplane-tenants"}},
+		{name: "left to the interval", states: []flux.State{idle, idle, idle, idle, idle, done}, noReconcile: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := &fakeCluster{states: tc.states}
+			ended := make(chan Event, 1)
+			f := New(c, Options{Timeout: time.Hour, Poll: time.Millisecond, ApplyGrace: time.Nanosecond, NoReconcile: tc.noReconcile,
+				OnDone: func(e Event) { ended <- e }})
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			go f.Run(ctx)
+			f.Pushed([]string{"old"}, nil)
+			f.Pushed([]string{"c1"}, []Target{target(false)})
+			if e := <-ended; e.Outcome != OutcomeReady {
+				t.Fatalf("outcome %s: %s", e.Outcome, e.Message)
+			}
+			cancel()
+			c.mu.Lock()
+			defer c.mu.Unlock()
+			if !slices.Equal(c.applies, tc.want) {
+				t.Errorf("apply requests %v, want %v", c.applies, tc.want)
+			}
+			if (c.fetches == 0) != tc.noReconcile {
+				t.Errorf("%d fetch requests (no reconcile: %v)", c.fetches, tc.noReconcile)
+			}
+		})
 	}
 }
