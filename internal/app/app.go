@@ -183,6 +183,9 @@ func Run(ctx context.Context, c Config) error {
 	if err != nil {
 		return err
 	}
+	if cluster != nil {
+		defer cluster.Close()
+	}
 	if cluster == nil {
 		log.Info().Str("readiness", o.Readiness).Msg("no cluster access (READINESS off, or no KUBECONFIG and not in a pod): no readiness events")
 	}

@@ -14,6 +14,7 @@ import (
 	"fmt"
 	"os"
 	"strings"
+	"sync"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -68,11 +69,17 @@ func LoadConfig(kubeconfig string) (*rest.Config, error) {
 	return cfg, nil
 }
 
-// Client reads and nudges Flux's objects.
+// Client reads and nudges Flux's objects. It reads them from watches it
+// keeps until Close.
 type Client struct {
 	dyn  dynamic.Interface
 	disc discovery.DiscoveryInterface
 	o    Options
+
+	mu        sync.Mutex
+	watches   map[watchKey]*watch
+	stop      chan struct{}
+	closeOnce sync.Once
 }
 
 // New returns a Client for the cluster of cfg.
@@ -87,7 +94,11 @@ func New(cfg *rest.Config, o Options) (*Client, error) {
 	if err != nil {
 		return nil, fmt.Errorf("cluster discovery client: %w", err)
 	}
-	return &Client{dyn: dyn, disc: disc, o: o}, nil
+	return newClient(dyn, disc, o), nil
+}
+
+func newClient(dyn dynamic.Interface, disc discovery.DiscoveryInterface, o Options) *Client {
+	return &Client{dyn: dyn, disc: disc, o: o, watches: map[watchKey]*watch{}, stop: make(chan struct{})}
 }
 
 // RequestFetch annotates the GitRepository with
@@ -164,17 +175,17 @@ type State struct {
 }
 
 // Read reads the GitRepository, the Kustomizations and the HelmReleases of
-// the namespaces given.
+// the namespaces given, as the client's watches last saw them.
 func (c *Client) Read(ctx context.Context, namespaces []string) (State, error) {
 	var st State
-	src, err := c.dyn.Resource(GitRepositories).Namespace(c.o.Namespace).Get(ctx, c.o.GitRepository, metav1.GetOptions{})
+	src, err := c.object(ctx, GitRepositories, c.o.Namespace, c.o.GitRepository)
 	if err != nil {
 		return st, fmt.Errorf("read GitRepository %s/%s: %w", c.o.Namespace, c.o.GitRepository, err)
 	}
 	rev, _, _ := unstructured.NestedString(src.Object, "status", "artifact", "revision")
 	st.Fetched, st.Source = commitOf(rev), condition(src, "Ready")
 	for _, name := range c.o.Kustomizations {
-		k, err := c.dyn.Resource(Kustomizations).Namespace(c.o.Namespace).Get(ctx, name, metav1.GetOptions{})
+		k, err := c.object(ctx, Kustomizations, c.o.Namespace, name)
 		if err != nil {
 			return st, fmt.Errorf("read Kustomization %s/%s: %w", c.o.Namespace, name, err)
 		}
@@ -190,12 +201,11 @@ func (c *Client) Read(ctx context.Context, namespaces []string) (State, error) {
 	}
 	st.Releases = map[string]HelmRelease{}
 	for _, ns := range namespaces {
-		list, err := c.dyn.Resource(HelmReleases).Namespace(ns).List(ctx, metav1.ListOptions{})
+		list, err := c.objects(ctx, HelmReleases, ns)
 		if err != nil {
-			return st, fmt.Errorf("list HelmReleases in %s: %w", ns, err)
+			return st, fmt.Errorf("read HelmReleases in %s: %w", ns, err)
 		}
-		for i := range list.Items {
-			hr := &list.Items[i]
+		for _, hr := range list {
 			version := ""
 			if hist, _, _ := unstructured.NestedSlice(hr.Object, "status", "history"); len(hist) > 0 {
 				if m, ok := hist[0].(map[string]any); ok {
