@@ -33,7 +33,7 @@ func run() int {
 	live := flag.Bool("live", true, "also measure the time to live on a control plane with Flux (make controlplane builds it)")
 	liveSizes := flag.String("live-sizes", "10,500", "tenants installed in the cluster for the time to live, comma-separated")
 	liveRequest := flag.Int("live-request", 20, "onboardings per size with the reconcile request")
-	liveInterval := flag.Int("live-interval", 20, "onboardings per size at Flux's 1-minute interval (about 35 s each)")
+	liveInterval := flag.Int("live-interval", 20, "onboardings per size at Flux's 1-minute interval, sent at evenly spread moments of it (about a minute each)")
 	only := flag.String("only", "", "run only this part: git, gitea or live")
 	flag.Parse()
 

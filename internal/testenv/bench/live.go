@@ -138,6 +138,16 @@ func liveSize(ctx context.Context, o LiveOptions, n int, progress io.Writer) (Li
 		var ds []time.Duration
 		for i := range mode.count {
 			id := fmt.Sprintf("live-%v-%d", mode.reconcile, i)
+			if !mode.reconcile {
+				// A message comes at any moment of Flux's interval. Sent
+				// right after the previous one was ready, just after a
+				// fetch, every sample would wait nearly a whole interval:
+				// the phases are spread evenly over it instead.
+				if err := sleep(ctx, phase(i, mode.count, fluxInterval)); err != nil {
+					w.stop()
+					return res, err
+				}
+			}
 			sent := time.Now()
 			if _, err := api.SendMessage(ctx, &sqs.SendMessageInput{QueueUrl: aws.String(queues[0]),
 				MessageBody: aws.String(fmt.Sprintf(`{"tenant_id":%q,"tenant_tier":"premium","release_version":"0.0"}`, id))}); err != nil {
@@ -161,6 +171,27 @@ func liveSize(ctx context.Context, o LiveOptions, n int, progress io.Writer) (Li
 		res.TenantsApply = stats(applies)
 	}
 	return res, nil
+}
+
+// fluxInterval is the interval of the platform's GitRepository and
+// Kustomizations (clusters/production/).
+const fluxInterval = time.Minute
+
+// phase is the pause before the i-th of n sends at Flux's interval: the
+// sends fall at evenly spread moments of the interval.
+func phase(i, n int, interval time.Duration) time.Duration {
+	return time.Duration((float64(i) + 0.5) / float64(n) * float64(interval))
+}
+
+func sleep(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
 }
 
 // waitReleaseReady polls a HelmRelease in flux-system until it is Ready at

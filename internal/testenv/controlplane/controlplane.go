@@ -22,6 +22,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"time"
 
 	"k8s.io/client-go/dynamic"
@@ -218,6 +219,9 @@ func (cp *ControlPlane) run(name string, env []string, args ...string) error {
 	cmd := exec.Command(filepath.Join(cp.bin, name), args...)
 	cmd.Env = append(os.Environ(), env...)
 	cmd.Stdout, cmd.Stderr = f, f
+	// Killed with the test or bench that started it, even when that one
+	// is killed and its cleanup never runs.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {
 		f.Close()
 		return fmt.Errorf("start %s: %w", name, err)

@@ -24,6 +24,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/tenant-worker/tenant-worker/internal/testenv/gitserver"
@@ -134,6 +135,7 @@ func Start(dir string) (*Server, error) {
 	s.cmd = exec.Command(s.bin, "--config", s.config, "--work-path", s.work, "web")
 	s.cmd.Stdout, s.cmd.Stderr = logFile, logFile
 	s.cmd.Env = s.env()
+	s.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL} // dies with its test
 	if err := s.cmd.Start(); err != nil {
 		logFile.Close()
 		s.Close()
