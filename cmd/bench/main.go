@@ -34,13 +34,14 @@ func run() int {
 	liveSizes := flag.String("live-sizes", "10,500", "tenants installed in the cluster for the time to live, comma-separated")
 	liveRequest := flag.Int("live-request", 20, "onboardings per size with the reconcile request")
 	liveInterval := flag.Int("live-interval", 20, "onboardings per size at Flux's 1-minute interval, sent at evenly spread moments of it (about a minute each)")
+	kustomizeFlags := flag.String("live-kustomize-flags", "", "flags added to kustomize-controller's for the time to live, e.g. \"--kube-api-qps=1000 --kube-api-burst=2000\" (Flux's defaults when empty)")
 	only := flag.String("only", "", "run only this part: git, gitea or live")
 	flag.Parse()
 
 	if *refN < 0 {
 		*refN = *onboard
 	}
-	lo := bench.LiveOptions{Request: *liveRequest, Interval: *liveInterval, Binary: *binary}
+	lo := bench.LiveOptions{Request: *liveRequest, Interval: *liveInterval, Binary: *binary, KustomizeFlags: strings.Fields(*kustomizeFlags)}
 	var err error
 	if lo.Sizes, err = parseSizes(*liveSizes); err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)

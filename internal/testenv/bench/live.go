@@ -36,6 +36,9 @@ type LiveResult struct {
 	// TenantsApply is how long kustomize-controller took to apply the
 	// tenants Kustomization during the runs: the layout's cost.
 	TenantsApply Stats `json:"tenants_kustomization_apply"`
+	// KustomizeFlags were added to kustomize-controller's (none: Flux's
+	// defaults).
+	KustomizeFlags []string `json:"kustomize_controller_flags,omitempty"`
 }
 
 // LiveOptions shape the time-to-live run.
@@ -47,6 +50,8 @@ type LiveOptions struct {
 	Binary            string
 	SQSEndpoint       string
 	WorkDir           string
+	// KustomizeFlags are added to kustomize-controller's.
+	KustomizeFlags []string
 }
 
 // RunLive measures the time to live at each size, one control plane per
@@ -68,7 +73,7 @@ func RunLive(ctx context.Context, o LiveOptions, progress io.Writer) ([]LiveResu
 }
 
 func liveSize(ctx context.Context, o LiveOptions, n int, progress io.Writer) (LiveResult, error) {
-	res := LiveResult{Tenants: n}
+	res := LiveResult{Tenants: n, KustomizeFlags: o.KustomizeFlags}
 	dir, err := os.MkdirTemp(o.WorkDir, "live-bench-")
 	if err != nil {
 		return res, err
@@ -90,7 +95,7 @@ func liveSize(ctx context.Context, o LiveOptions, n int, progress io.Writer) (Li
 	fmt.Fprintf(progress, "bench (live): %d tenants: starting a control plane with Flux and installing them\n", n)
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	cp, err := controlplane.Start(ctx, filepath.Join(dir, "cluster"), controlplane.Options{ControllerManager: true, Flux: true})
+	cp, err := controlplane.Start(ctx, filepath.Join(dir, "cluster"), controlplane.Options{ControllerManager: true, Flux: true, KustomizeFlags: o.KustomizeFlags})
 	if err != nil {
 		return res, err
 	}
@@ -282,6 +287,9 @@ func LiveTable(results []LiveResult) string {
 	fmt.Fprintf(&b, "%8s | %22s | %22s | %9s | %24s\n", "tenants", "request p50 / p95", "interval p50 / p95", "interval/", "tenants Kustomization")
 	fmt.Fprintf(&b, "%8s | %22s | %22s | %9s | %24s\n", "", "(ms)", "(ms)", "request", "apply p50 / p95 (ms)")
 	for _, r := range results {
+		if len(r.KustomizeFlags) > 0 {
+			fmt.Fprintf(&b, "(kustomize-controller %s)\n", strings.Join(r.KustomizeFlags, " "))
+		}
 		fmt.Fprintf(&b, "%8d | %10.0f / %9.0f | %10.0f / %9.0f | %9.1f | %11.0f / %10.0f\n", r.Tenants,
 			r.Request.P50, r.Request.P95, r.Interval.P50, r.Interval.P95, r.IntervalOverRequest, r.TenantsApply.P50, r.TenantsApply.P95)
 	}

@@ -68,6 +68,10 @@ type Options struct {
 	ControllerManager bool
 	// Flux runs source-, kustomize- and helm-controller.
 	Flux bool
+	// KustomizeFlags are added to kustomize-controller's (the bench's
+	// -live-kustomize-flags: its API rate limit, --kube-api-qps, bounds the
+	// apply of a large folder).
+	KustomizeFlags []string
 }
 
 // ControlPlane is a running control plane.
@@ -177,13 +181,13 @@ func (cp *ControlPlane) start(ctx context.Context, o Options) error {
 		return err
 	}
 	if o.Flux {
-		return cp.startFlux()
+		return cp.startFlux(o)
 	}
 	return nil
 }
 
 // startFlux runs the three Flux controllers against this control plane.
-func (cp *ControlPlane) startFlux() error {
+func (cp *ControlPlane) startFlux(o Options) error {
 	env := []string{"KUBECONFIG=" + cp.Kubeconfig, "RUNTIME_NAMESPACE=" + Namespace}
 	common := func(ports []int) []string {
 		return []string{"--enable-leader-election=false", "--watch-all-namespaces=true", "--log-level=info",
@@ -203,7 +207,7 @@ func (cp *ControlPlane) startFlux() error {
 		fmt.Sprintf("--storage-adv-addr=127.0.0.1:%d", ports[6]))...); err != nil {
 		return err
 	}
-	if err := cp.run("kustomize-controller", env, common(ports[2:4])...); err != nil {
+	if err := cp.run("kustomize-controller", env, append(common(ports[2:4]), o.KustomizeFlags...)...); err != nil {
 		return err
 	}
 	return cp.run("helm-controller", env, common(ports[4:6])...)
