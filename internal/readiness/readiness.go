@@ -77,11 +77,13 @@ type Options struct {
 	OnStage func(t Target, stage string, at time.Time)
 	OnDone  func(e Event)
 	// ApplyGrace is how long a Kustomization that reads a followed change
-	// gets to start on a fetched commit by itself before it is asked to
-	// (default 2 s). kustomize-controller starts at once when its source
-	// changes; asking it before the source has the commit would make it
-	// apply the old one first: a full apply of the folder, every tenant's
-	// objects, which the new commit would then wait for.
+	// must be seen idle, neither working nor having attempted the fetched
+	// commit, before it is asked to apply (default 2 s).
+	// kustomize-controller starts at once when its source changes, or right
+	// after the apply in progress; asking it before the source has the
+	// commit, or in the moment between two applies, would make it apply
+	// once more for nothing: a full apply of the folder, every tenant's
+	// objects, which the next change would then wait for.
 	ApplyGrace time.Duration
 	// OnReconcile hears each reconcile request and its error.
 	OnReconcile func(err error)
@@ -106,9 +108,8 @@ type Follower struct {
 	synced  map[string]bool // unknown revisions a sync was tried for
 	wake    chan struct{}
 
-	fetched    string            // the GitRepository's revision as last read
-	fetchedAt  time.Time         // when it was first read
-	askedApply map[string]string // Kustomization -> revision it was asked to apply
+	idleSince  map[string]time.Time // Kustomization -> since when it is seen idle behind the fetched commit
+	askedApply map[string]string    // Kustomization -> revision it was asked to apply
 }
 
 type follow struct {
@@ -129,7 +130,7 @@ func New(c Cluster, o Options) *Follower {
 		o.ApplyGrace = 2 * time.Second
 	}
 	return &Follower{cluster: c, o: o, order: map[string]int{}, synced: map[string]bool{}, askedApply: map[string]string{},
-		wake: make(chan struct{}, 1)}
+		idleSince: map[string]time.Time{}, wake: make(chan struct{}, 1)}
 }
 
 // Pushed records commits the worker pushed, oldest first, and follows the
@@ -266,32 +267,45 @@ func (f *Follower) step(ctx context.Context) {
 }
 
 // late returns the Kustomizations to ask to apply: each reads a followed
-// change the GitRepository has fetched, yet has neither attempted the
-// fetched revision nor started on it within ApplyGrace of the fetch. Each
-// is asked once per revision.
+// change the GitRepository has fetched, yet has been seen idle without
+// attempting the fetched revision for ApplyGrace. Each is asked once per
+// revision.
 func (f *Follower) late(st flux.State, now time.Time) []string {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if st.Fetched != f.fetched {
-		f.fetched, f.fetchedAt = st.Fetched, now
-	}
-	if f.o.NoReconcile || st.Fetched == "" || now.Sub(f.fetchedAt) < f.o.ApplyGrace {
+	if f.o.NoReconcile || st.Fetched == "" {
 		return nil
 	}
 	var late []string
 	for _, k := range st.Kustomizations {
-		if k.LastAttempted == st.Fetched || k.Reconciling || f.askedApply[k.Name] == st.Fetched {
+		if k.LastAttempted == st.Fetched || k.Reconciling || f.askedApply[k.Name] == st.Fetched || !f.behind(k, st.Fetched) {
+			delete(f.idleSince, k.Name)
 			continue
 		}
-		for _, p := range f.pending {
-			if f.atOrAfter(st.Fetched, p.pos) && !f.atOrAfter(k.LastApplied, p.pos) && reads(k, p.Releases) {
-				f.askedApply[k.Name] = st.Fetched
-				late = append(late, k.Name)
-				break
-			}
+		since, seen := f.idleSince[k.Name]
+		if !seen {
+			f.idleSince[k.Name] = now
+			continue
 		}
+		if now.Sub(since) < f.o.ApplyGrace {
+			continue
+		}
+		delete(f.idleSince, k.Name)
+		f.askedApply[k.Name] = st.Fetched
+		late = append(late, k.Name)
 	}
 	return late
+}
+
+// behind reports whether Kustomization k has yet to apply a followed
+// change that revision fetched holds; f.mu is held.
+func (f *Follower) behind(k flux.Kustomization, fetched string) bool {
+	for _, p := range f.pending {
+		if f.atOrAfter(fetched, p.pos) && !f.atOrAfter(k.LastApplied, p.pos) && reads(k, p.Releases) {
+			return true
+		}
+	}
+	return false
 }
 
 // keep makes kept (a prefix of pending's array) the followed changes;

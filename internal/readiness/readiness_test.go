@@ -169,7 +169,8 @@ func TestVersionMatches(t *testing.T) {
 }
 
 // TestApplyRequests: the Kustomizations are asked to apply only when they
-// have not started on a fetched commit by themselves, once per revision,
+// have not started on a fetched commit by themselves, seen idle on two
+// readings in a row (ApplyGrace is a nanosecond here), once per revision,
 // and only those that read the change.
 func TestApplyRequests(t *testing.T) {
 	idle := flux.State{Fetched: "c1", Kustomizations: kust("old", "old", readyTrue)}
@@ -185,6 +186,7 @@ func TestApplyRequests(t *testing.T) {
 	}{
 		{name: "started by itself", states: []flux.State{idle, started, started, done}},
 		{name: "busy with the old revision", states: []flux.State{busy, busy, busy, busy, done}},
+		{name: "idle for a moment between two applies", states: []flux.State{busy, idle, busy, busy, idle, busy, busy, done}},
 		{name: "idle after the fetch, asked once", states: []flux.State{idle, idle, idle, idle, idle, done}, want: []string{"dataplane-tenants"}},
 		{name: "left to the interval", states: []flux.State{idle, idle, idle, idle, idle, done}, noReconcile: true},
 	} {
