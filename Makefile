@@ -19,8 +19,8 @@ GITEA         := $(GITEA_DIR)/gitea
 
 # A control plane for the readiness tests: etcd, kube-apiserver,
 # kube-controller-manager and Flux's source-, kustomize- and helm-controller,
-# built from their Go modules (build.sh). About 9-10 minutes cold on 2
-# cores; seconds with a warm Go build cache. The folder's name carries the
+# built from their Go modules (build.sh). About 19 minutes cold on 2 cores
+# beside Gitea's build and the downloads; seconds with a warm Go build cache. The folder's name carries the
 # versions (internal/testenv/controlplane.Stamp).
 CONTROLPLANE_STAMP := kv1.36.3-ev3.6.16-sv1.9.6-kv1.9.6-hv1.6.4
 CONTROLPLANE  := $(TOOLS)/controlplane-$(CONTROLPLANE_STAMP)
