@@ -6,6 +6,7 @@ package gitops
 
 import (
 	"errors"
+	"fmt"
 	"io/fs"
 	"path"
 	"sort"
@@ -119,7 +120,7 @@ func (l Layout) PooledEnvs(r Reader) ([]string, error) {
 	}
 	entries, err := kustomization.Resources(content)
 	if err != nil {
-		return nil, err
+		return nil, formError(path.Join(l.PooledEnvsDir(), kustomizationFile), err)
 	}
 	var envs []string
 	for _, e := range entries {
@@ -170,7 +171,16 @@ func (l Layout) tenantIn(r Reader, tier, id string) (tenantState, error) {
 		return s, err
 	}
 	s.listed, err = kustomization.Contains(k, id+".yaml")
-	return s, err
+	return s, formError(l.TierKustomization(tier), err)
+}
+
+// formError names the file of a kustomization the editor refuses to edit,
+// a fault of the repository: no message can pass until someone rewrites it.
+func formError(name string, err error) error {
+	if kustomization.IsForm(err) {
+		return fmt.Errorf("%w: %s: %v", ErrBroken, name, err)
+	}
+	return err
 }
 
 // WalkFiles calls fn for every regular file below dir, in lexical order.

@@ -330,6 +330,9 @@ func (p *planner) editKustomization(tier, id string, edit func([]byte, string) (
 	}
 	out, changed, err := edit(content, id+".yaml")
 	if err != nil {
+		if kustomization.IsForm(err) {
+			return formError(name, err)
+		}
 		return fmt.Errorf("edit %s: %w", name, err)
 	}
 	if changed {
@@ -413,18 +416,19 @@ func (p *planner) deploy(req message.Request) error {
 	return nil
 }
 
-// rerender regenerates a file from its template, keeping the values Flux
-// image automation owns.
+// rerender sets the release of a file rendered from tmpl: only the values
+// the template sets from {RELEASE_VERSION} change; hand edits, fields the
+// template gained since, and the values Flux image automation owns stay.
 func (p *planner) rerender(name, tmplName string, tmpl []byte, v render.Vars) error {
-	out, err := render.Render(tmpl, v)
-	if err != nil {
-		return fmt.Errorf("%w: render %s: %v", ErrBroken, tmplName, err)
-	}
 	current, err := p.r.ReadFile(name)
 	if err != nil {
 		return fmt.Errorf("read %s: %w", name, err)
 	}
-	if out = render.KeepImagePolicies(out, current); !bytes.Equal(out, current) {
+	out, err := render.SetRelease(current, tmpl, v)
+	if err != nil {
+		return fmt.Errorf("%w: set the release of %s from %s: %v", ErrBroken, name, tmplName, err)
+	}
+	if !bytes.Equal(out, current) {
 		p.files[name] = out
 	}
 	return nil

@@ -12,8 +12,6 @@ import (
 	"slices"
 	"strings"
 	"sync"
-
-	"sigs.k8s.io/yaml"
 )
 
 var (
@@ -77,21 +75,31 @@ type parsedFile struct {
 // returns the content's hash too, which the verified set is keyed by.
 func read(content []byte) (parsedFile, [32]byte, error) {
 	sum := sha256.Sum256(content)
-	if len(content) < cacheFrom {
-		lines := splitLines(content)
-		b, err := parse(lines)
-		return parsedFile{lines, b}, sum, err
-	}
-	if p, ok := parsed.get(sum); ok {
-		return p, sum, nil
+	if len(content) >= cacheFrom {
+		if p, ok := parsed.get(sum); ok {
+			return p, sum, nil
+		}
 	}
 	lines := splitLines(content)
 	b, err := parse(lines)
 	if err != nil {
 		return parsedFile{}, sum, err
 	}
+	if !verified.has(sum) {
+		// Content first seen: what the line parser read must be what
+		// kustomize reads, or the edit would change the list kustomize
+		// builds in a way nobody asked for.
+		if b, err = checkForm(lines, b); err != nil {
+			return parsedFile{}, sum, err
+		}
+		if b.end < 0 {
+			verified.add(sum)
+		}
+	}
 	p := parsedFile{lines, b}
-	parsed.put(sum, p)
+	if len(content) >= cacheFrom {
+		parsed.put(sum, p)
+	}
 	return p, sum, nil
 }
 
@@ -365,19 +373,8 @@ func irregular(lines []string, b block) (block, error) {
 	return b, nil
 }
 
-// yamlResources reads the resources list with the YAML parser, as paths.
-func yamlResources(content []byte) ([]string, error) {
-	var k struct {
-		Resources []string `json:"resources"`
-	}
-	if err := yaml.Unmarshal(content, &k); err != nil {
-		return nil, err
-	}
-	for i, v := range k.Resources {
-		k.Resources[i] = Normalize(v)
-	}
-	return k.Resources, nil
-}
+// yamlResources reads the resources list as kustomize does, as paths.
+func yamlResources(content []byte) ([]string, error) { return Listed(content) }
 
 // rewrite replaces the lines of an irregular list (b.key to b.end) with the
 // same entries in block style, keeping every other line and the comment of

@@ -81,7 +81,7 @@ func TestRemoveKeepsStyle(t *testing.T) {
 }
 
 func TestResources(t *testing.T) {
-	got, err := Resources([]byte("resources:\n  - a.yaml\n  - 'b.yaml'\n  - \"c.yaml\" # note\n\n  - d.yaml\nother:\n  - e.yaml\n"))
+	got, err := Resources([]byte("resources:\n  - a.yaml\n  - 'b.yaml'\n  - \"c.yaml\" # note\n\n  - d.yaml\ncomponents:\n  - e.yaml\n"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -115,6 +115,17 @@ func TestForms(t *testing.T) {
 		"no trailing newline":     head + "resources:\n  - dummy-configmap.yaml\n  - t1.yaml",
 		"no resources, t1 absent": head,
 		"empty flow, t1 absent":   head + "resources: []\n",
+		// Every spelling of the key that YAML allows and kustomize reads.
+		"double-quoted key":         head + "\"resources\":\n  - dummy-configmap.yaml\n  - t1.yaml\n",
+		"single-quoted key":         head + "'resources':\n  - dummy-configmap.yaml\n  - t1.yaml\n",
+		"space before the colon":    head + "resources :\n  - dummy-configmap.yaml\n  - t1.yaml\nnamePrefix: x-\n",
+		"explicit key":              head + "? resources\n: - dummy-configmap.yaml\n  - t1.yaml\nnamePrefix: x-\n",
+		"explicit key, own line":    head + "?\n  resources\n:\n  - dummy-configmap.yaml\n  - t1.yaml\n",
+		"quoted key, flow list":     head + "\"resources\": [dummy-configmap.yaml, t1.yaml]\nnamePrefix: x-\n",
+		"key in another case":       head + "Resources:\n  - dummy-configmap.yaml\n  - t1.yaml\n",
+		"escaped key":               head + "\"reso\\u0075rces\":\n  - dummy-configmap.yaml\n  - t1.yaml\n",
+		"deprecated bases":          head + "bases:\n  - dummy-configmap.yaml\n  - t1.yaml\n# keep me too\nnamePrefix: x-\n",
+		"quoted key, comment after": head + "\"resources\": # the list\n  - dummy-configmap.yaml\n  - t1.yaml\n\n# keep me too\nnamePrefix: x-\n",
 	} {
 		t.Run(name, func(t *testing.T) {
 			before, err := yamlResources([]byte(content))
@@ -160,6 +171,39 @@ func TestForms(t *testing.T) {
 				t.Fatalf("Remove t1: %v (changed %v)", err, changed)
 			}
 			check("Remove t1", removed, slices.DeleteFunc(slices.Clone(before), func(e string) bool { return e == "t1.yaml" }))
+		})
+	}
+}
+
+// TestFormsRefused: forms in which kustomize reads the list from a key the
+// editor cannot hold to one place are refused by name, and nothing is
+// written: two keys that kustomize reads as one list (it keeps only one),
+// a flow mapping, a merge key.
+func TestFormsRefused(t *testing.T) {
+	const head = "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\n"
+	for name, content := range map[string]string{
+		"duplicate key, quoted first":     head + "\"resources\":\n  - dummy-configmap.yaml\n  - t1.yaml\nresources:\n  - t1.yaml\n",
+		"duplicate key, plain first":      head + "resources:\n  - dummy-configmap.yaml\n  - t1.yaml\n'resources':\n  - t1.yaml\n",
+		"duplicate key, same lists":       head + "resources:\n  - t1.yaml\nresources :\n  - t1.yaml\n",
+		"key in two cases":                head + "resources:\n  - dummy-configmap.yaml\nResources:\n  - t1.yaml\n",
+		"resources and bases":             head + "resources:\n  - dummy-configmap.yaml\nbases:\n  - t1.yaml\n",
+		"flow mapping":                    "{apiVersion: kustomize.config.k8s.io/v1beta1, kind: Kustomization, resources: [dummy-configmap.yaml, t1.yaml]}\n",
+		"multi-line flow mapping":         "{\n  kind: Kustomization,\n  resources: [\n    dummy-configmap.yaml, t1.yaml]\n}\n",
+		"merge key":                       head + "<<: {namePrefix: x-}\nresources:\n  - t1.yaml\n",
+		"a field kustomize does not know": head + "resources:\n  - t1.yaml\nresourcez:\n  - t2.yaml\n",
+	} {
+		t.Run(name, func(t *testing.T) {
+			for op, edit := range map[string]func([]byte, string) ([]byte, bool, error){"Add": Add, "Remove": Remove} {
+				for _, e := range []string{"t1.yaml", "t2.yaml"} {
+					out, changed, err := edit([]byte(content), e)
+					if !IsForm(err) || changed || out != nil {
+						t.Fatalf("%s %s: changed=%v err=%v, want ErrForm and nothing written:\n%s", op, e, changed, err, out)
+					}
+				}
+			}
+			if _, err := Resources([]byte(content)); !IsForm(err) {
+				t.Fatalf("Resources: %v, want ErrForm", err)
+			}
 		})
 	}
 }

@@ -17,6 +17,7 @@ import (
 
 	"github.com/tenant-worker/tenant-worker/internal/gitops"
 	"github.com/tenant-worker/tenant-worker/internal/gitrepo"
+	"github.com/tenant-worker/tenant-worker/internal/intent"
 	"github.com/tenant-worker/tenant-worker/internal/message"
 	"github.com/tenant-worker/tenant-worker/internal/reject"
 	"github.com/tenant-worker/tenant-worker/internal/validate"
@@ -114,6 +115,7 @@ type Pipeline struct {
 	repo    Repository
 	opts    Options
 	checker *validate.Checker
+	intent  *intent.Checker
 	observe Observer
 	lock    chan struct{}
 }
@@ -125,6 +127,7 @@ func New(repo Repository, opts Options) *Pipeline {
 		repo:    repo,
 		opts:    opts,
 		checker: validate.NewChecker(opts.Layout),
+		intent:  intent.NewChecker(opts.Layout),
 		observe: opts.Observer,
 		lock:    make(chan struct{}, 1),
 	}

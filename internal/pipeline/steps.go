@@ -8,6 +8,7 @@ import (
 
 	"github.com/tenant-worker/tenant-worker/internal/gitops"
 	"github.com/tenant-worker/tenant-worker/internal/gitrepo"
+	"github.com/tenant-worker/tenant-worker/internal/intent"
 	"github.com/tenant-worker/tenant-worker/internal/message"
 	"github.com/tenant-worker/tenant-worker/internal/reject"
 )
@@ -71,6 +72,11 @@ func (b *batch) applyJob(ctx context.Context, i int) {
 		if err := b.p.checker.CheckFiles(after, paths); err != nil {
 			return b.blame(before, job, err)
 		}
+		// What Flux would apply must change as the message asks, and in
+		// nothing else: checked for every job, on the commit it makes.
+		if err := b.p.intent.Check(before, after, job.Request, paths); err != nil {
+			return b.unintended(before, job, err)
+		}
 		if !b.perJob {
 			b.changed = append(b.changed, paths...)
 			return nil // the kustomizations are built once for the batch
@@ -129,6 +135,42 @@ func (b *batch) blame(before *gitrepo.Snapshot, job Job, err error) error {
 		}
 	}
 	return reject.Wrap(reject.InvalidRender, fmt.Errorf("the change would break what Flux applies: %w", err))
+}
+
+// unintended says whose fault a change that does more than its message
+// asks (err) is. Only an onboarding carries a value of its own into the
+// files; when a stand-in tenant of the same tier gets a change that is
+// just as unintended, or the message is of another kind, the repository is
+// what is odd (a kustomization in a form nobody foresaw, a template that
+// touches what it should not): the worker pauses and names the files.
+func (b *batch) unintended(before *gitrepo.Snapshot, job Job, err error) error {
+	e, ok := intent.As(err)
+	if !ok {
+		return err // the check could not run: retried
+	}
+	broken := fmt.Errorf("%w: %s %s %s: %v (files: %s)", gitops.ErrBroken, reject.UnintendedChange,
+		job.Request.Kind, job.Request.TenantID, e, strings.Join(e.Files(), ", "))
+	if job.Request.Kind != message.Onboarding || job.Request.TenantID == message.ProbeTenant {
+		return broken
+	}
+	probe := job.Request
+	probe.TenantID = message.ProbeTenant
+	change, perr := b.p.opts.Layout.Plan(before, probe)
+	if perr != nil || change.Empty() {
+		return broken
+	}
+	c, cerr := b.p.repo.Commit(before.Commit, change.Files, "probe\n")
+	if cerr != nil {
+		return fmt.Errorf("commit the stand-in change: %w", cerr)
+	}
+	snap, serr := b.p.repo.Snapshot(c)
+	if serr != nil {
+		return fmt.Errorf("open the stand-in change: %w", serr)
+	}
+	if b.p.intent.Check(before, snap, probe, change.Paths()) != nil {
+		return broken
+	}
+	return reject.Wrap(reject.UnintendedChange, err)
 }
 
 // checkTip builds the kustomizations the batch touched, once, on its last

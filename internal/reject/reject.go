@@ -30,12 +30,17 @@ const (
 	// NameCollision: the tenant's objects would share kind, namespace and
 	// name with an object the platform declares outside the tier folders.
 	NameCollision Reason = "name_collision"
+	// UnintendedChange: what Flux would apply would change in more, or
+	// other, objects than the message names. A message is rejected for it
+	// only when its own value causes it; otherwise the repository is at
+	// fault and the worker pauses, naming the files.
+	UnintendedChange Reason = "unintended_change"
 )
 
 // Reasons lists every reason, for pre-initialising metrics.
 var Reasons = []Reason{
 	InvalidJSON, MissingField, InvalidField, InvalidTenantID, ReservedTenant, UnknownTier,
-	InvalidVersion, TierConflict, TenantNotFound, InvalidRender, TooLarge, NameCollision,
+	InvalidVersion, TierConflict, TenantNotFound, InvalidRender, TooLarge, NameCollision, UnintendedChange,
 }
 
 // Error is a terminal rejection of a message.

@@ -4,7 +4,6 @@
 package render
 
 import (
-	"bytes"
 	"fmt"
 	"regexp"
 	"strings"
@@ -49,45 +48,3 @@ func Render(tmpl []byte, v Vars) ([]byte, error) {
 	return out, nil
 }
 
-// marker matches a line whose value Flux image automation owns:
-//
-//	tag: "0.1" # {"$imagepolicy": "flux-system:producer-image-policy:tag"}
-var marker = regexp.MustCompile(`^(\s*[^\s:#][^:#]*:[ \t]*)(.*?)([ \t]*#[ \t]*(\{"\$imagepolicy":[^}]*\})[ \t]*)$`)
-
-// KeepImagePolicies returns rendered with the value of every image-policy
-// marker line taken from current, so re-rendering a file does not reset the
-// image tags that Flux image automation has set. Lines are matched by marker
-// text and by occurrence, so two lines with the same marker keep their order.
-func KeepImagePolicies(rendered, current []byte) []byte {
-	values := map[string][]string{}
-	for _, line := range bytes.Split(current, []byte("\n")) {
-		if m := marker.FindSubmatch(bytes.TrimRight(line, "\r")); m != nil {
-			key := string(m[4])
-			values[key] = append(values[key], string(m[2]))
-		}
-	}
-	if len(values) == 0 {
-		return rendered
-	}
-	lines := bytes.Split(rendered, []byte("\n"))
-	for i, line := range lines {
-		body := bytes.TrimRight(line, "\r")
-		m := marker.FindSubmatch(body)
-		if m == nil {
-			continue
-		}
-		key := string(m[4])
-		if len(values[key]) == 0 {
-			continue
-		}
-		value := values[key][0]
-		values[key] = values[key][1:]
-		var b bytes.Buffer
-		b.Write(m[1])
-		b.WriteString(value)
-		b.Write(m[3])
-		b.Write(line[len(body):])
-		lines[i] = b.Bytes()
-	}
-	return bytes.Join(lines, []byte("\n"))
-}

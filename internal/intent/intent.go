@@ -1,0 +1,410 @@
+// Package intent checks that a change does what its message names and
+// nothing else. For each Kustomization the change touches (the tenants
+// folder, the pooled environments) it compares the objects Flux would apply
+// before and after, by kind, namespace and name, each traced to the file
+// that declares it: an onboarding may only add the named tenant's objects,
+// an offboarding may only remove them, a deployment may only change the
+// release fields of the HelmReleases it names. A change that builds but
+// does something else (an edit of a kustomization in a form nobody
+// foresaw, a template that touches what it should not) is caught here
+// before it is pushed.
+package intent
+
+import (
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+
+	"github.com/tenant-worker/tenant-worker/internal/gitops"
+	"github.com/tenant-worker/tenant-worker/internal/message"
+)
+
+// Source is a snapshot of the repository: files read by path, folders
+// listed with an identifier of each file's content, and contents read by
+// that identifier (a git snapshot is one).
+type Source interface {
+	ReadFile(name string) ([]byte, error)
+	Entries(dir string) (files map[string]string, dirs []string, err error)
+	ReadBlob(id string) ([]byte, error)
+	DirHash(dir string) (string, error)
+}
+
+// Delta is one object that a change makes appear, disappear or change in
+// what a Kustomization builds.
+type Delta struct {
+	// Op is added, removed or changed.
+	Op string
+	// Object is "Kind namespace/name".
+	Object string
+	// File is the file that declares it (after the change for added and
+	// changed objects, before it for removed ones), from the repository's
+	// root.
+	File string
+	// Fields, for a changed object, are the top-level paths that differ.
+	Fields []string
+}
+
+func (d Delta) String() string {
+	s := d.Op + " " + d.Object + " (" + d.File
+	if len(d.Fields) > 0 {
+		s += ": " + strings.Join(d.Fields, ", ")
+	}
+	return s + ")"
+}
+
+// Error is a change that does more than, or other than, its message asks.
+type Error struct {
+	// Unintended are the differences nobody asked for.
+	Unintended []Delta
+	// Missing is set when the change does not do what was asked (an
+	// onboarding whose tenant Flux would not apply).
+	Missing []string
+}
+
+func (e *Error) Error() string {
+	var parts []string
+	if n := len(e.Unintended); n > 0 {
+		shown := e.Unintended[:min(n, 10)]
+		var s []string
+		for _, d := range shown {
+			s = append(s, d.String())
+		}
+		more := ""
+		if n > len(shown) {
+			more = fmt.Sprintf(" and %d more", n-len(shown))
+		}
+		parts = append(parts, "it would also "+strings.Join(s, "; ")+more)
+	}
+	if len(e.Missing) > 0 {
+		parts = append(parts, "it would not "+strings.Join(e.Missing, "; "))
+	}
+	return "the change does not do what the message asks: " + strings.Join(parts, "; and ")
+}
+
+// Files lists the files the unintended differences come from, sorted.
+func (e *Error) Files() []string {
+	set := map[string]bool{}
+	for _, d := range e.Unintended {
+		set[d.File] = true
+	}
+	return slices.Sorted(maps.Keys(set))
+}
+
+// As returns the *Error in err's chain.
+func As(err error) (*Error, bool) {
+	var e *Error
+	ok := errors.As(err, &e)
+	return e, ok
+}
+
+// Checker compares builds for one repository layout. It keeps what it
+// learns of unchanged folders and files between checks, so a check costs
+// what the change touches, not what the repository holds. It is safe for
+// concurrent use.
+type Checker struct {
+	layout gitops.Layout
+
+	trees   *lru[*tree]      // dir@hash -> resolved tree
+	objects *lru[[]object]   // content id -> objects of a file
+	fields  *lru[[][]string] // template content -> release fields
+	plains  *lru[bool]       // kustomization content id -> lists resources only
+}
+
+// NewChecker returns a Checker for layout.
+func NewChecker(layout gitops.Layout) *Checker {
+	return &Checker{layout: layout, trees: newLRU[*tree](16), objects: newLRU[[]object](4096),
+		fields: newLRU[[][]string](64), plains: newLRU[bool](256)}
+}
+
+// Check compares what before and after build, in every Kustomization that
+// the changed paths touch, with what req asks.
+func (c *Checker) Check(before, after Source, req message.Request, changed []string) error {
+	var all Error
+	for _, dir := range []string{c.layout.TenantsDir(), c.layout.PooledEnvsDir()} {
+		if !touches(changed, dir) {
+			continue
+		}
+		deltas, built, err := c.diff(before, after, dir)
+		if errors.Is(err, errNotBuilt) {
+			continue
+		}
+		if err != nil {
+			return err
+		}
+		rule, err := c.ruleFor(before, req, dir)
+		if err != nil {
+			return err
+		}
+		for _, d := range deltas {
+			if !rule.allows(d) {
+				all.Unintended = append(all.Unintended, d.Delta)
+			}
+		}
+		all.Missing = append(all.Missing, rule.missing(deltas, built)...)
+	}
+	if len(all.Unintended) == 0 && len(all.Missing) == 0 {
+		return nil
+	}
+	return &all
+}
+
+func touches(changed []string, dir string) bool {
+	for _, p := range changed {
+		if strings.HasPrefix(p, dir+"/") {
+			return true
+		}
+	}
+	return false
+}
+
+// delta is a Delta with what the rules need to judge it.
+type delta struct {
+	Delta
+	kind          string
+	before, after map[string]any
+}
+
+// diff lists the objects that differ between what dir builds in before
+// and in after.
+func (c *Checker) diff(before, after Source, dir string) ([]delta, func(string) bool, error) {
+	tb, err := c.resolve(before, dir)
+	if err != nil {
+		return nil, nil, err
+	}
+	ta, err := c.resolve(after, dir)
+	if err != nil {
+		return nil, nil, err
+	}
+	if !tb.simple || !ta.simple {
+		// Transformers, nested paths, remote bases: kustomize decides.
+		return c.diffBuilt(before, after, dir)
+	}
+	built := func(file string) bool { _, ok := ta.files[file]; return ok }
+	// Every kustomization lists plain files and folders and transforms
+	// nothing, so a file's objects are what it declares: only files whose
+	// content changed can make a difference.
+	var out []delta
+	for p, hb := range tb.files {
+		if ha, ok := ta.files[p]; ok && ha == hb {
+			continue
+		}
+		ob, err := c.fileObjects(before, p, hb)
+		if err != nil {
+			return nil, nil, err
+		}
+		var oa []object
+		if ha, ok := ta.files[p]; ok {
+			if oa, err = c.fileObjects(after, p, ha); err != nil {
+				return nil, nil, err
+			}
+		}
+		out = append(out, compare(ob, oa, p, p)...)
+	}
+	for p, ha := range ta.files {
+		if _, ok := tb.files[p]; ok {
+			continue
+		}
+		oa, err := c.fileObjects(after, p, ha)
+		if err != nil {
+			return nil, nil, err
+		}
+		out = append(out, compare(nil, oa, p, p)...)
+	}
+	return moved(out), built, nil
+}
+
+// moved pairs an object removed from one file with the same object added
+// in another: it changed (or not at all) rather than left and came back.
+func moved(ds []delta) []delta {
+	added := map[string]int{}
+	for i, d := range ds {
+		if d.Op == opAdded {
+			added[d.Object] = i
+		}
+	}
+	var out []delta
+	drop := map[int]bool{}
+	for _, d := range ds {
+		if d.Op != opRemoved {
+			continue
+		}
+		if i, ok := added[d.Object]; ok {
+			drop[i] = true
+			a := ds[i]
+			if fields := differing(d.before, a.after); len(fields) > 0 || d.File != a.File {
+				out = append(out, delta{Delta: Delta{Op: opChanged, Object: d.Object, File: a.File, Fields: fields},
+					kind: d.kind, before: d.before, after: a.after})
+			}
+			continue
+		}
+		out = append(out, d)
+	}
+	for i, d := range ds {
+		if d.Op != opRemoved && !drop[i] {
+			out = append(out, d)
+		}
+	}
+	slices.SortFunc(out, func(a, b delta) int { return strings.Compare(a.Object+a.Op, b.Object+b.Op) })
+	return out
+}
+
+const (
+	opAdded   = "add"
+	opRemoved = "remove"
+	opChanged = "change"
+)
+
+// compare lists the differences between the objects of one file (or
+// origin) before and after.
+func compare(before, after []object, fileBefore, fileAfter string) []delta {
+	var out []delta
+	idx := map[string]object{}
+	for _, o := range before {
+		idx[o.id] = o
+	}
+	seen := map[string]bool{}
+	for _, a := range after {
+		seen[a.id] = true
+		b, ok := idx[a.id]
+		if !ok {
+			out = append(out, delta{Delta: Delta{Op: opAdded, Object: a.id, File: fileAfter}, kind: a.kind, after: a.body})
+			continue
+		}
+		if fields := differing(b.body, a.body); len(fields) > 0 {
+			out = append(out, delta{Delta: Delta{Op: opChanged, Object: a.id, File: fileAfter, Fields: fields},
+				kind: a.kind, before: b.body, after: a.body})
+		}
+	}
+	for _, b := range before {
+		if !seen[b.id] {
+			out = append(out, delta{Delta: Delta{Op: opRemoved, Object: b.id, File: fileBefore}, kind: b.kind, before: b.body})
+		}
+	}
+	return out
+}
+
+// ruleFor is what req may do to what dir builds.
+func (c *Checker) ruleFor(before Source, req message.Request, dir string) (rule, error) {
+	l := c.layout
+	r := rule{kind: req.Kind}
+	switch req.Kind {
+	case message.Onboarding, message.Offboarding:
+		r.files = func(p string) bool { return p == l.TenantFile(req.Tier, req.TenantID) }
+		r.want = l.TenantFile(req.Tier, req.TenantID)
+	case message.Deployment:
+		tierDir := l.TierDir(req.Tier) + "/"
+		r.files = func(p string) bool {
+			if req.TenantID != "" {
+				return p == l.TenantFile(req.Tier, req.TenantID)
+			}
+			return strings.HasPrefix(p, tierDir) && !strings.Contains(p[len(tierDir):], "/") ||
+				strings.HasPrefix(p, l.PooledEnvsDir()+"/") && !strings.Contains(p[len(l.PooledEnvsDir())+1:], "/")
+		}
+		tenantFields, err := c.releaseFields(before, l.TenantTemplate(req.Tier))
+		if err != nil {
+			return r, err
+		}
+		envFields, err := c.releaseFields(before, l.EnvTemplate(req.Tier))
+		if err != nil {
+			return r, err
+		}
+		r.release = func(p string) [][]string {
+			if strings.HasPrefix(p, l.PooledEnvsDir()+"/") {
+				return envFields
+			}
+			return tenantFields
+		}
+	default:
+		return r, fmt.Errorf("unknown request kind %q", req.Kind)
+	}
+	return r, nil
+}
+
+// rule judges differences for one message.
+type rule struct {
+	kind    message.Kind
+	files   func(path string) bool // the files whose objects the message names
+	want    string                 // the tenant file of an onboarding or offboarding
+	release func(path string) [][]string
+}
+
+func (r rule) allows(d delta) bool {
+	if !r.files(d.File) {
+		return false
+	}
+	switch r.kind {
+	case message.Onboarding:
+		return d.Op == opAdded
+	case message.Offboarding:
+		return d.Op == opRemoved
+	case message.Deployment:
+		if d.Op != opChanged || d.kind != "HelmRelease" {
+			return false
+		}
+		return len(differing(mask(d.before, r.release(d.File)), mask(d.after, r.release(d.File)))) == 0
+	}
+	return false
+}
+
+// missing says what an onboarding or offboarding fails to do: Flux must
+// apply the tenant's file after an onboarding, and nothing of it after an
+// offboarding. built tells the files whose objects are built after.
+func (r rule) missing(ds []delta, built func(file string) bool) []string {
+	switch r.kind {
+	case message.Onboarding:
+		for _, d := range ds {
+			if d.File == r.want && d.Op == opAdded {
+				return nil
+			}
+		}
+		return []string{"add any object of " + r.want + " to what Flux applies"}
+	case message.Offboarding:
+		if built(r.want) {
+			return []string{"remove every object of " + r.want + " from what Flux applies"}
+		}
+	}
+	return nil
+}
+
+// mask returns a copy of obj without the fields at paths.
+func mask(obj map[string]any, paths [][]string) map[string]any {
+	if len(paths) == 0 || obj == nil {
+		return obj
+	}
+	out := deepCopy(obj).(map[string]any)
+	for _, p := range paths {
+		m := out
+		for i, k := range p {
+			if i == len(p)-1 {
+				delete(m, k)
+				break
+			}
+			next, ok := m[k].(map[string]any)
+			if !ok {
+				break
+			}
+			m = next
+		}
+	}
+	return out
+}
+
+func deepCopy(v any) any {
+	switch t := v.(type) {
+	case map[string]any:
+		m := make(map[string]any, len(t))
+		for k, x := range t {
+			m[k] = deepCopy(x)
+		}
+		return m
+	case []any:
+		s := make([]any, len(t))
+		for i, x := range t {
+			s[i] = deepCopy(x)
+		}
+		return s
+	}
+	return v
+}
