@@ -210,6 +210,20 @@ func (p *planner) fresh(target string) bool {
 	return true
 }
 
+// freshOr is fresh for an item that may have no record of its own (a
+// tenant or pooled environment added by hand): it then takes the record of
+// what it belongs to (its tier's last deployment), so a late deployment does
+// not roll it back either.
+func (p *planner) freshOr(target, owner string) bool {
+	if p.ledger != nil {
+		if _, ok := p.ledger.Get(target); !ok && p.ledger.Stale(owner, p.sent) {
+			p.stale++
+			return false
+		}
+	}
+	return p.fresh(target)
+}
+
 type planner struct {
 	Layout
 	r       Reader
@@ -348,6 +362,13 @@ func (p *planner) deploy(req message.Request) error {
 	}
 	if req.TenantID != "" {
 		p.message = fmt.Sprintf("Deploying to tenant %s in tier %s, version %s", req.TenantID, req.Tier, req.ReleaseVersion)
+		// Staleness first: a deployment sent before the tenant was last
+		// offboarded, moved or deployed changes nothing of it, whether or
+		// not the tenant is still there.
+		if p.ledger != nil && (p.ledger.Stale(ledger.Tenant(req.TenantID), p.sent) || p.ledger.Stale(ledger.Release(req.TenantID), p.sent)) {
+			p.stale++
+			return nil
+		}
 		if !slices.Contains(ids, req.TenantID) {
 			other, err := p.otherTier(req.Tier, req.TenantID)
 			if err != nil {
@@ -372,7 +393,7 @@ func (p *planner) deploy(req message.Request) error {
 		if message.ValidateTenantID(id) != nil {
 			continue // not a tenant file this worker wrote; leave it alone
 		}
-		if !p.fresh(ledger.Release(id)) {
+		if !p.freshOr(ledger.Release(id), ledger.Tier(req.Tier)) {
 			continue // given its release by a message sent after this one
 		}
 		if err := p.rerender(p.TenantFile(req.Tier, id), tmplName, tmpl,
@@ -405,7 +426,7 @@ func (p *planner) deploy(req message.Request) error {
 		return fmt.Errorf("list pooled environments: %w", err)
 	}
 	for _, env := range envs {
-		if !p.fresh(ledger.Env(env)) {
+		if !p.freshOr(ledger.Env(env), ledger.Tier(req.Tier)) {
 			continue
 		}
 		if err := p.rerender(path.Join(p.PooledEnvsDir(), env+".yaml"), envName, envTmpl,

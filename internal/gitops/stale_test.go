@@ -2,12 +2,15 @@ package gitops
 
 import (
 	"fmt"
+	"maps"
+	"slices"
 	"strings"
 	"testing"
 	"testing/fstest"
 	"time"
 
 	"github.com/tenant-worker/tenant-worker/internal/message"
+	"github.com/tenant-worker/tenant-worker/templates"
 )
 
 // msg is a message as SQS would deliver it: its body and send time.
@@ -103,4 +106,75 @@ func TestLatestSendTimeWins(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestStaleBeforeExistence: the stale rule is applied before existence and
+// tier checks, for every kind. A per-tenant deployment sent before the
+// tenant was offboarded (or moved to another tier) arrives last: stale, not
+// tenant_not_found or tier_conflict, and nothing changes.
+func TestStaleBeforeExistence(t *testing.T) {
+	on := func(id, tier string, sent int) msg {
+		return msg{fmt.Sprintf("on-%s-%s-%d", id, tier, sent), message.Onboarding, `{"tenant_id":"` + id + `","tenant_tier":"` + tier + `","release_version":"0.0"}`, sent}
+	}
+	off := func(id, tier string, sent int) msg {
+		return msg{fmt.Sprintf("off-%s-%s-%d", id, tier, sent), message.Offboarding, `{"tenant_id":"` + id + `","tenant_tier":"` + tier + `"}`, sent}
+	}
+	depTo := func(id, tier, v string, sent int) msg {
+		return msg{"dep-" + id + v, message.Deployment, `{"tenant_tier":"` + tier + `","release_version":"` + v + `","tenant_id":"` + id + `"}`, sent}
+	}
+	for name, arrivals := range map[string][]msg{
+		"offboarded":     {on("t1", "premium", 1), off("t1", "premium", 3), depTo("t1", "premium", "2.0", 2)},
+		"moved tier":     {on("t1", "premium", 1), off("t1", "premium", 3), on("t1", "basic", 4), depTo("t1", "premium", "2.0", 2)},
+		"deployed since": {on("t1", "premium", 1), depTo("t1", "premium", "3.0", 3), depTo("t1", "premium", "2.0", 2)},
+	} {
+		t.Run(name, func(t *testing.T) {
+			m := seed(t)
+			for _, x := range arrivals[:len(arrivals)-1] {
+				deliver(t, m, x)
+			}
+			before := snapshot(m)
+			if got := outcome(deliver(t, m, arrivals[len(arrivals)-1])); got != "stale" {
+				t.Fatalf("the late deployment is %s, want stale", got)
+			}
+			if after := snapshot(m); after != before {
+				t.Fatal("the stale deployment changed the tree")
+			}
+		})
+	}
+}
+
+// TestLateDeploymentSparesWhatHasNoRecord: a tenant and a pooled
+// environment added by hand (no ledger record) after a deployment of 2.0
+// take the tier's record: a deployment of 1.0 sent before the 2.0 one and
+// arriving late leaves them at 2.0.
+func TestLateDeploymentSparesWhatHasNoRecord(t *testing.T) {
+	m := seed(t)
+	deliver(t, m, msg{"on-b1", message.Onboarding, `{"tenant_id":"b1","tenant_tier":"basic","release_version":"0.0"}`, 1})
+	deliver(t, m, msg{"dep-2", message.Deployment, `{"tenant_tier":"basic","release_version":"2.0"}`, 3})
+	// By hand, at 2.0: a tenant and a pooled environment.
+	b1 := file(m, "tenants/basic/b1.yaml")
+	m[templates.Root+"/tenants/basic/hand.yaml"] = &fstest.MapFile{Data: []byte(strings.ReplaceAll(b1, "b1", "hand"))}
+	k := templates.Root + "/tenants/basic/kustomization.yaml"
+	m[k] = &fstest.MapFile{Data: []byte(file(m, "tenants/basic/kustomization.yaml") + "\n  - hand.yaml\n")}
+	pool := file(m, "pooled-envs/pool-1.yaml")
+	m[templates.Root+"/pooled-envs/pool-2.yaml"] = &fstest.MapFile{Data: []byte(strings.ReplaceAll(pool, "pool-1", "pool-2"))}
+	pk := templates.Root + "/pooled-envs/kustomization.yaml"
+	m[pk] = &fstest.MapFile{Data: []byte(file(m, "pooled-envs/kustomization.yaml") + "\n  - pool-2.yaml\n")}
+	before := snapshot(m)
+	if got := outcome(deliver(t, m, msg{"dep-1", message.Deployment, `{"tenant_tier":"basic","release_version":"1.0"}`, 2})); got != "stale" {
+		t.Fatalf("the late deployment is %s, want stale", got)
+	}
+	if after := snapshot(m); after != before {
+		t.Fatalf("the late deployment changed the tree: hand %q, pool-2 %q", file(m, "tenants/basic/hand.yaml"), file(m, "pooled-envs/pool-2.yaml"))
+	}
+}
+
+func snapshot(m fstest.MapFS) string {
+	var b strings.Builder
+	for _, p := range slices.Sorted(maps.Keys(m)) {
+		if !strings.Contains(p, ".tenant-worker") {
+			fmt.Fprintf(&b, "%s\n%s\n", p, m[p].Data)
+		}
+	}
+	return b.String()
 }

@@ -26,8 +26,8 @@ const (
 // enough has accumulated (500 new heads, or in memory half as many bytes
 // again as after the last compaction, at least 16 MB), the clone is rebuilt
 // holding only the head commit and its tree. Nothing needs the older objects: pushes send only new
-// objects, the server negotiates fetches from the head, and the history of
-// message ids is indexed separately.
+// objects, the server negotiates fetches from the head, and the message ids
+// applied are kept in the ledger in the tree itself, not read from history.
 func (r *Repo) maybeCompact() error {
 	r.heads++
 	every := r.compactEvery

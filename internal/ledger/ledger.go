@@ -102,17 +102,38 @@ func each(b []byte, fn func(key string, ms int64, value string)) error {
 // the one the messages would have in the order they were sent.
 
 // Tenant is whether a tenant exists.
-func Tenant(id string) string { return "tenant/" + id }
+func Tenant(id string) string { return "tenant/" + escape(id) }
 
 // Release is a tenant's release.
-func Release(id string) string { return "release/" + id }
+func Release(id string) string { return "release/" + escape(id) }
 
-// Env is a pooled environment's release.
-func Env(name string) string { return "env/" + name }
+// Env is a pooled environment's release. Its name comes from a file name
+// that someone wrote by hand, which may hold blanks.
+func Env(name string) string { return "env/" + escape(name) }
 
 // Tier is a tier's last deployment, whose release a tenant onboarded by a
 // message sent before it takes.
-func Tier(name string) string { return "tier/" + name }
+func Tier(name string) string { return "tier/" + escape(name) }
+
+// escape keeps a name to one field of a line: blanks, control bytes and
+// "%" are written as %XX (names without them are kept as they are, so the
+// files written before stay valid).
+func escape(name string) string {
+	if !strings.ContainsFunc(name, needsEscape) {
+		return name
+	}
+	var b strings.Builder
+	for i := 0; i < len(name); i++ {
+		if c := name[i]; needsEscape(rune(c)) {
+			fmt.Fprintf(&b, "%%%02X", c)
+		} else {
+			b.WriteByte(c)
+		}
+	}
+	return b.String()
+}
+
+func needsEscape(r rune) bool { return r <= ' ' || r == '%' || r == 0x7f }
 
 // Get returns target's record.
 func (l *Ledger) Get(target string) (Record, bool) {

@@ -68,3 +68,29 @@ func TestParseRefusesGarbage(t *testing.T) {
 		}
 	}
 }
+
+// TestNamesWithBlanksStayOneField: a pooled environment written by hand
+// as "pool 2.yaml" (or with a tab, or a "%") keeps the ledger readable.
+func TestNamesWithBlanksStayOneField(t *testing.T) {
+	l, err := Parse(nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	names := []string{"pool 2", "pool\t3", "pool%4", "pool-5"}
+	for i, n := range names {
+		l.Set(Env(n), int64(100+i), "")
+	}
+	targets, messages := l.Files()
+	again, err := Parse(targets, messages)
+	if err != nil {
+		t.Fatalf("the ledger no longer parses: %v\n%s", err, targets)
+	}
+	for i, n := range names {
+		if r, ok := again.Get(Env(n)); !ok || r.MS != int64(100+i) {
+			t.Errorf("%q: %+v %v", n, r, ok)
+		}
+	}
+	if Env("pool-5") != "env/pool-5" {
+		t.Errorf("a plain name changed form: %s", Env("pool-5"))
+	}
+}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io/fs"
 	"net/http"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -15,6 +16,7 @@ import (
 
 	"github.com/tenant-worker/tenant-worker/internal/gitops"
 	"github.com/tenant-worker/tenant-worker/internal/gitrepo"
+	"github.com/tenant-worker/tenant-worker/internal/kustomization"
 	"github.com/tenant-worker/tenant-worker/internal/message"
 	"github.com/tenant-worker/tenant-worker/internal/reject"
 	"github.com/tenant-worker/tenant-worker/internal/testenv/gitserver"
@@ -411,4 +413,148 @@ func TestFailedPushVoidsWhatWasDecidedOnIt(t *testing.T) {
 			t.Errorf("job %d: a refusal decided on an unpushed commit stands: %v", i, res[i].Err)
 		}
 	}
+}
+
+// TestLostRaceDecidesCollisionsAgain: a platform commit outside the
+// layout's root (a Namespace "billing" in the infrastructure) lands between
+// the worker's plan and its push. The onboarding of "billing" then loses
+// the race, and its retry must be decided on the new head: a name
+// collision, not the plan made before the Namespace existed.
+func TestLostRaceDecidesCollisionsAgain(t *testing.T) {
+	e := setup(t)
+	var fired atomic.Int32
+	e.srv.SetHook(func(w http.ResponseWriter, r *http.Request) bool {
+		if r.Method == http.MethodPost && strings.HasSuffix(r.URL.Path, "git-receive-pack") && fired.Add(1) == 1 {
+			if err := e.srv.WriteFile("gitops.git", "main", "infrastructure/billing.yaml",
+				"apiVersion: v1\nkind: Namespace\nmetadata:\n  name: billing\n", "platform: billing"); err != nil {
+				t.Error(err)
+			}
+		}
+		return true
+	})
+	res, err := apply(t, e, message.Onboarding, `{"tenant_id":"billing","tenant_tier":"premium","release_version":"0.0"}`)
+	if fired.Load() == 0 || e.obs.pushed(PushConflict) != 1 {
+		t.Fatalf("the planned lost race did not happen: %d pushes seen, %d conflicts", fired.Load(), e.obs.pushed(PushConflict))
+	}
+	if r, ok := reject.As(err); !ok || r.Reason != reject.NameCollision {
+		t.Fatalf("onboarding after the platform took the name: %+v %v, want %s", res, err, reject.NameCollision)
+	}
+	if show(t, e, "tenants/premium/billing.yaml") != "<absent>" {
+		t.Fatal("the colliding tenant was pushed")
+	}
+}
+
+// TestEveryKeySpellingKeepsTheTier: a tier kustomization whose list is
+// written under a quoted key keeps every tenant after an onboarding (the
+// old editor appended a second key, and Flux would have pruned the tier);
+// one with two keys kustomize reads as one list pauses the worker, names
+// the file, and pushes nothing.
+func TestEveryKeySpellingKeepsTheTier(t *testing.T) {
+	e := setup(t)
+	for _, id := range []string{"b1", "b2"} {
+		if _, err := apply(t, e, message.Onboarding, `{"tenant_id":"`+id+`","tenant_tier":"basic","release_version":"0.0"}`); err != nil {
+			t.Fatal(err)
+		}
+	}
+	k := templates.Root + "/tenants/basic/kustomization.yaml"
+	quoted := strings.Replace(show(t, e, "tenants/basic/kustomization.yaml"), "resources:", `"resources" :`, 1)
+	if err := e.srv.WriteFile("gitops.git", "main", k, quoted, "by hand"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.p.Sync(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := apply(t, e, message.Onboarding, `{"tenant_id":"b3","tenant_tier":"basic","release_version":"0.0"}`); err != nil {
+		t.Fatalf("onboarding b3 into a quoted list: %v", err)
+	}
+	got, err := kustomization.Listed([]byte(show(t, e, "tenants/basic/kustomization.yaml")))
+	if err != nil || !slices.Equal(got, []string{"dummy-configmap.yaml", "b1.yaml", "b2.yaml", "b3.yaml"}) {
+		t.Fatalf("kustomize reads %v (%v), want every tenant", got, err)
+	}
+
+	twice := show(t, e, "tenants/basic/kustomization.yaml") + "\nResources:\n  - b1.yaml\n"
+	if err := e.srv.WriteFile("gitops.git", "main", k, twice, "by hand"); err != nil {
+		t.Fatal(err)
+	}
+	head := mustOut(t, e, "rev-parse", "main")
+	_, err = apply(t, e, message.Onboarding, `{"tenant_id":"b4","tenant_tier":"basic","release_version":"0.0"}`)
+	if !gitops.IsBroken(err) || !strings.Contains(err.Error(), k) {
+		t.Fatalf("onboarding into two lists: %v, want a fault of the repository naming %s", err, k)
+	}
+	if after := mustOut(t, e, "rev-parse", "main"); after != head {
+		t.Fatal("something was pushed")
+	}
+}
+
+// editor is a Repository whose commits are changed on the way, standing
+// for an editor that does something the message did not ask.
+type editor struct {
+	Repository
+	edit func(files map[string][]byte)
+}
+
+func (r editor) Commit(parent plumbing.Hash, files map[string][]byte, msg string) (plumbing.Hash, error) {
+	if !strings.HasPrefix(msg, "probe") {
+		r.edit(files)
+	}
+	return r.Repository.Commit(parent, files, msg)
+}
+
+// TestUnintendedChangeIsNeverPushed: a commit that builds but drops
+// another tenant is refused before the push. When a stand-in tenant of the
+// same tier passes, the message is rejected (unintended_change); when it
+// fails too, the repository is at fault: a pause naming files and objects.
+func TestUnintendedChangeIsNeverPushed(t *testing.T) {
+	e := setup(t)
+	for _, id := range []string{"b1", "b2"} {
+		if _, err := apply(t, e, message.Onboarding, `{"tenant_id":"`+id+`","tenant_tier":"basic","release_version":"0.0"}`); err != nil {
+			t.Fatal(err)
+		}
+	}
+	k := templates.Root + "/tenants/basic/kustomization.yaml"
+	dropB1 := func(files map[string][]byte) {
+		if b, ok := files[k]; ok {
+			files[k] = []byte(strings.Replace(string(b), "  - b1.yaml\n", "", 1))
+		}
+	}
+	head := mustOut(t, e, "rev-parse", "main")
+	for name, tc := range map[string]struct {
+		probeToo bool
+		check    func(err error) bool
+	}{
+		"the message's own": {false, func(err error) bool {
+			r, ok := reject.As(err)
+			return ok && r.Reason == reject.UnintendedChange && strings.Contains(err.Error(), "remove HelmRelease flux-system/b1-basic")
+		}},
+		"the repository's": {true, func(err error) bool {
+			return gitops.IsBroken(err) && strings.Contains(err.Error(), "unintended_change") &&
+				strings.Contains(err.Error(), templates.Root+"/tenants/basic/b1.yaml")
+		}},
+	} {
+		t.Run(name, func(t *testing.T) {
+			repo := editor{Repository: e.p.repo, edit: dropB1}
+			if tc.probeToo {
+				repo = editor{Repository: &probeEdits{Repository: e.p.repo, edit: dropB1}, edit: dropB1}
+			}
+			p := New(repo, Options{Layout: gitops.Layout{Root: templates.Root}})
+			res := p.ApplyOne(context.Background(), decode(t, message.Onboarding, `{"tenant_id":"b3","tenant_tier":"basic","release_version":"0.0"}`))
+			if !tc.check(res.Err) || res.Applied {
+				t.Fatalf("result %+v", res)
+			}
+			if after := mustOut(t, e, "rev-parse", "main"); after != head {
+				t.Fatal("the change was pushed")
+			}
+		})
+	}
+}
+
+// probeEdits changes the stand-in's commits too.
+type probeEdits struct {
+	Repository
+	edit func(files map[string][]byte)
+}
+
+func (r *probeEdits) Commit(parent plumbing.Hash, files map[string][]byte, msg string) (plumbing.Hash, error) {
+	r.edit(files)
+	return r.Repository.Commit(parent, files, msg)
 }

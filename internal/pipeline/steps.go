@@ -185,12 +185,13 @@ func (b *batch) checkTip() error {
 	})
 }
 
-// plan computes job i's change on before. The change depends only on the
-// tree below the layout's root, so when a lost race brought only unrelated
-// commits (image automation elsewhere, notes), the previous attempt's plan
-// is reused: re-applying then costs a commit, not a render.
+// plan computes job i's change on before. The change depends on the tree
+// below the layout's root and, through the collision check, on what the
+// platform declares anywhere else: a plan (or a refusal) is reused only on
+// the very same tree, so a job is decided again on the head it is pushed
+// on whenever anything changed, inside the root or outside it.
 func (b *batch) plan(before *gitrepo.Snapshot, i int) (gitops.Change, error) {
-	root, hashErr := before.DirHash(b.p.opts.Layout.Root)
+	root, hashErr := before.DirHash("")
 	if hashErr == nil {
 		if c, ok := b.plans[i]; ok && c.root == root {
 			return c.change, c.err
@@ -211,7 +212,7 @@ func (b *batch) plan(before *gitrepo.Snapshot, i int) (gitops.Change, error) {
 	return change, err
 }
 
-// planned is a job's plan and the root tree it was computed on.
+// planned is a job's plan and the tree it was computed on.
 type planned struct {
 	root   string
 	change gitops.Change
