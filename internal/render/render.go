@@ -47,4 +47,3 @@ func Render(tmpl []byte, v Vars) ([]byte, error) {
 	}
 	return out, nil
 }
-

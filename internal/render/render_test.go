@@ -34,7 +34,6 @@ func TestRender(t *testing.T) {
 	}
 }
 
-
 // TestSetReleaseChangesOnlyTheRelease: a deployment sets the values the
 // template takes from the release and leaves every other byte: hand edits,
 // a field the template gained since, image tags, spacing, quoting.
@@ -44,8 +43,8 @@ func TestSetReleaseChangesOnlyTheRelease(t *testing.T) {
 	current = strings.Replace(current, `tag: "0.1" # {"$imagepolicy": "flux-system:consumer`, `tag: "0.7.3" # {"$imagepolicy": "flux-system:consumer`, 1)
 	gained := strings.Replace(tmpl, "spec:\n", "spec:\n  storageNamespace: x\n", 1)
 	for name, tc := range map[string]struct{ in, out string }{
-		"double-quoted": {current, strings.Replace(current, `version: "1.0.x"`, `version: "2.0.x"`, 1)},
-		"single-quoted": {strings.Replace(current, `"1.0.x"`, `'1.0.x'`, 1), strings.Replace(current, `version: "1.0.x"`, `version: '2.0.x'`, 1)},
+		"double-quoted":  {current, strings.Replace(current, `version: "1.0.x"`, `version: "2.0.x"`, 1)},
+		"single-quoted":  {strings.Replace(current, `"1.0.x"`, `'1.0.x'`, 1), strings.Replace(current, `version: "1.0.x"`, `version: '2.0.x'`, 1)},
 		"plain, comment": {strings.Replace(current, `"1.0.x"`, `1.0.x   # pinned`, 1), strings.Replace(current, `version: "1.0.x"`, `version: 2.0.x   # pinned`, 1)},
 	} {
 		for _, template := range []string{tmpl, gained} {
