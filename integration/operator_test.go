@@ -87,7 +87,7 @@ func TestResultEventsAndRunHistory(t *testing.T) {
 		r.StepsMS == nil || r.CommitMessage != "Adding new tenant tenant-7 in tier advanced" {
 		t.Errorf("run of the applied message: %+v", r)
 	} else {
-		for _, step := range []string{"lock", "sync", "render", "commit", "validate", "push"} {
+		for _, step := range []string{"lock", "sync", "render", "commit", "validate", "intent", "push"} {
 			if _, ok := r.StepsMS[step]; !ok {
 				t.Errorf("run has no %s step: %v", step, r.StepsMS)
 			}

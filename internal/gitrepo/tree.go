@@ -271,6 +271,21 @@ func (s *Snapshot) Entries(dir string) (map[string]string, []string, error) {
 	return files, dirs, nil
 }
 
+// FileID returns the identifier Entries gives the file name, without
+// listing its folder.
+func (s *Snapshot) FileID(name string) (string, error) {
+	dir, base := path.Split(name)
+	t, err := s.subtree(strings.TrimSuffix(dir, "/"))
+	if err != nil {
+		return "", notExist(name)
+	}
+	e, ok := t.entry(base)
+	if !ok || !e.kind().IsFile() {
+		return "", notExist(name)
+	}
+	return string(e.hash[:]), nil
+}
+
 // ReadBlob returns the content of a file by the identifier Entries gives.
 func (s *Snapshot) ReadBlob(id string) ([]byte, error) {
 	var h plumbing.Hash

@@ -126,7 +126,7 @@ func (c *Checker) Check(before, after Source, req message.Request, changed []str
 		if !touches(changed, dir) {
 			continue
 		}
-		deltas, built, err := c.diff(before, after, dir)
+		deltas, built, err := c.diff(before, after, dir, changed)
 		if errors.Is(err, errNotBuilt) {
 			continue
 		}
@@ -168,49 +168,59 @@ type delta struct {
 
 // diff lists the objects that differ between what dir builds in before
 // and in after.
-func (c *Checker) diff(before, after Source, dir string) ([]delta, func(string) bool, error) {
+func (c *Checker) diff(before, after Source, dir string, changed []string) ([]delta, func(string) bool, error) {
 	tb, err := c.resolve(before, dir)
 	if err != nil {
 		return nil, nil, err
 	}
-	ta, err := c.resolve(after, dir)
-	if err != nil {
-		return nil, nil, err
-	}
-	if !tb.simple || !ta.simple {
+	if !tb.simple {
 		// Transformers, nested paths, remote bases: kustomize decides.
 		return c.diffBuilt(before, after, dir)
+	}
+	ta, cands, ok := c.derive(tb, after, dir, changed)
+	if ok {
+		if hash, err := after.DirHash(dir); err == nil {
+			c.trees.put(dir+"@"+hash, ta) // the next change's before
+		}
+	} else {
+		if ta, err = c.resolve(after, dir); err != nil {
+			return nil, nil, err
+		}
+		if !ta.simple {
+			return c.diffBuilt(before, after, dir)
+		}
+		cands = slices.Collect(maps.Keys(tb.files))
+		cands = append(cands, slices.Collect(maps.Keys(ta.files))...)
 	}
 	built := func(file string) bool { _, ok := ta.files[file]; return ok }
 	// Every kustomization lists plain files and folders and transforms
 	// nothing, so a file's objects are what it declares: only files whose
-	// content changed can make a difference.
+	// content changed, or that entered or left a list, can make a
+	// difference.
 	var out []delta
-	for p, hb := range tb.files {
-		if ha, ok := ta.files[p]; ok && ha == hb {
+	seen := map[string]bool{}
+	for _, p := range cands {
+		if seen[p] {
 			continue
 		}
-		ob, err := c.fileObjects(before, p, hb)
-		if err != nil {
-			return nil, nil, err
+		seen[p] = true
+		hb, inB := tb.files[p]
+		ha, inA := ta.files[p]
+		if inB && inA && ha == hb {
+			continue
 		}
-		var oa []object
-		if ha, ok := ta.files[p]; ok {
+		var ob, oa []object
+		if inB {
+			if ob, err = c.fileObjects(before, p, hb); err != nil {
+				return nil, nil, err
+			}
+		}
+		if inA {
 			if oa, err = c.fileObjects(after, p, ha); err != nil {
 				return nil, nil, err
 			}
 		}
 		out = append(out, compare(ob, oa, p, p)...)
-	}
-	for p, ha := range ta.files {
-		if _, ok := tb.files[p]; ok {
-			continue
-		}
-		oa, err := c.fileObjects(after, p, ha)
-		if err != nil {
-			return nil, nil, err
-		}
-		out = append(out, compare(nil, oa, p, p)...)
 	}
 	return moved(out), built, nil
 }

@@ -52,6 +52,20 @@ func (m mem) Entries(dir string) (map[string]string, []string, error) {
 
 func (m mem) ReadBlob(id string) ([]byte, error) { return []byte(id), nil }
 
+func (m mem) FileID(name string) (string, error) {
+	b, err := fs.ReadFile(m.MapFS, name)
+	if err != nil {
+		return "", err
+	}
+	if st, _ := fs.Stat(m.MapFS, name); st != nil && st.IsDir() {
+		return "", fs.ErrNotExist
+	}
+	return string(b), nil
+}
+
+// listed is a Source without FileID: the after tree is listed in full.
+type listed struct{ Source }
+
 func (m mem) DirHash(dir string) (string, error) {
 	h := sha256.New()
 	for _, p := range slices.Sorted(maps.Keys(m.MapFS)) {
@@ -239,14 +253,17 @@ func TestUnintendedChangesAreNamed(t *testing.T) {
 				t.Fatalf("the plan itself: %v", err)
 			}
 			tt.edit(after)
-			err := c.Check(mem{before}, mem{after}, req, append(changed,
-				path.Join(templates.Root, "tenants/basic/b1.yaml"), path.Join(templates.Root, "tenants/premium/p1.yaml")))
-			if _, ok := As(err); !ok {
-				t.Fatalf("Check = %v, want an intent error", err)
-			}
-			for _, w := range tt.wants {
-				if !strings.Contains(err.Error(), w) {
-					t.Errorf("error lacks %q:\n%v", w, err)
+			changed = append(changed, path.Join(templates.Root, "tenants/basic/b1.yaml"), path.Join(templates.Root, "tenants/premium/p1.yaml"))
+			// From the paths changed, and from the after tree listed in full.
+			for _, a := range []Source{mem{after}, listed{mem{after}}} {
+				err := NewChecker(layout).Check(mem{before}, a, req, changed)
+				if _, ok := As(err); !ok {
+					t.Fatalf("Check = %v, want an intent error", err)
+				}
+				for _, w := range tt.wants {
+					if !strings.Contains(err.Error(), w) {
+						t.Errorf("error lacks %q:\n%v", w, err)
+					}
 				}
 			}
 		})

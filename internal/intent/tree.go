@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"maps"
 	"path"
 	"reflect"
 	"slices"
@@ -23,8 +24,9 @@ import (
 // tree is what a Kustomization folder builds, when every kustomization in
 // it only lists plain files and folders: the files it applies.
 type tree struct {
-	files  map[string]string // path -> content id
-	simple bool              // false: kustomize must build it to tell
+	files  map[string]string   // path -> content id
+	lists  map[string][]string // folder of a kustomization -> its entries
+	simple bool                // false: kustomize must build it to tell
 }
 
 // resolve follows the kustomizations of dir in src.
@@ -37,7 +39,7 @@ func (c *Checker) resolve(src Source, dir string) (*tree, error) {
 	if t, ok := c.trees.get(key); ok {
 		return t, nil
 	}
-	t := &tree{files: map[string]string{}, simple: true}
+	t := &tree{files: map[string]string{}, lists: map[string][]string{}, simple: true}
 	if err := c.walk(src, dir, t, 0); err != nil {
 		return nil, err
 	}
@@ -69,6 +71,7 @@ func (c *Checker) walk(src Source, dir string, t *tree, depth int) error {
 		t.simple = false // kustomize will say what is wrong with it
 		return nil
 	}
+	t.lists[dir] = entries
 	for _, e := range entries {
 		if e == "" || strings.ContainsAny(e, "/:") || e == "." || e == ".." {
 			t.simple = false
@@ -93,13 +96,133 @@ func (c *Checker) walk(src Source, dir string, t *tree, depth int) error {
 	return nil
 }
 
+// fileIDs is a Source that gives one file's content id without listing
+// its folder (a git snapshot).
+type fileIDs interface {
+	FileID(name string) (string, error)
+}
+
+// derive is resolve for after, from tb (before) and the paths the change
+// touches, which must be every path that differs: a tier of 10,000 tenants
+// is not listed again for a change of one. It returns the tree and the
+// files whose objects may differ; false when the change is of a kind it
+// does not follow (then resolve decides).
+func (c *Checker) derive(tb *tree, after Source, dir string, changed []string) (*tree, []string, bool) {
+	ids, ok := after.(fileIDs)
+	if !ok {
+		return nil, nil, false
+	}
+	ta := &tree{files: maps.Clone(tb.files), lists: maps.Clone(tb.lists), simple: true}
+	var cands []string
+	// The kustomizations first: what they list decides which files count.
+	for _, p := range changed {
+		d := path.Dir(p)
+		if path.Base(p) != "kustomization.yaml" || !strings.HasPrefix(p, dir+"/") {
+			continue
+		}
+		old, reached := tb.lists[d]
+		if !reached {
+			continue // reached only if a changed list now names its folder
+		}
+		id, err := ids.FileID(p)
+		if err != nil {
+			return nil, nil, false
+		}
+		content, err := after.ReadBlob(id)
+		if err != nil || !c.plain(id, content) {
+			return nil, nil, false
+		}
+		entries, err := kustomization.Resources(content)
+		if err != nil {
+			return nil, nil, false
+		}
+		was := make(map[string]bool, len(old))
+		for _, e := range old {
+			was[e] = true
+		}
+		now := make(map[string]bool, len(entries))
+		for _, e := range entries {
+			if now[e] || e == "" || strings.ContainsAny(e, "/:") || e == "." || e == ".." {
+				return nil, nil, false
+			}
+			now[e] = true
+		}
+		for _, e := range old {
+			if !now[e] {
+				cands = append(cands, drop(ta, d+"/"+e)...)
+			}
+		}
+		for _, e := range entries {
+			if was[e] {
+				continue
+			}
+			q := d + "/" + e
+			if fid, err := ids.FileID(q); err == nil {
+				ta.files[q] = strings.Clone(fid)
+				cands = append(cands, q)
+				continue
+			}
+			sub := &tree{files: map[string]string{}, lists: map[string][]string{}, simple: true}
+			if err := c.walk(after, q, sub, 1); err != nil || !sub.simple {
+				return nil, nil, false
+			}
+			for f, fid := range sub.files {
+				ta.files[f] = fid
+				cands = append(cands, f)
+			}
+			maps.Copy(ta.lists, sub.lists)
+		}
+		ta.lists[d] = entries
+	}
+	for _, p := range changed {
+		if path.Base(p) == "kustomization.yaml" || !strings.HasPrefix(p, dir+"/") {
+			continue
+		}
+		if _, listed := ta.files[p]; !listed {
+			if _, was := tb.files[p]; was {
+				cands = append(cands, p) // its entry left the list
+			}
+			continue
+		}
+		fid, err := ids.FileID(p)
+		if err != nil {
+			return nil, nil, false // listed but gone: kustomize refuses it
+		}
+		ta.files[p] = strings.Clone(fid)
+		cands = append(cands, p)
+	}
+	return ta, cands, true
+}
+
+// drop takes a listed file, or a listed folder and all below it, out of
+// t, and returns the files taken out.
+func drop(t *tree, p string) []string {
+	if _, ok := t.files[p]; ok {
+		delete(t.files, p)
+		return []string{p}
+	}
+	var out []string
+	for f := range t.files {
+		if strings.HasPrefix(f, p+"/") {
+			delete(t.files, f)
+			out = append(out, f)
+		}
+	}
+	for d := range t.lists {
+		if d == p || strings.HasPrefix(d, p+"/") {
+			delete(t.lists, d)
+		}
+	}
+	return out
+}
+
 // plain reports whether a kustomization only lists resources: no
 // namespace, prefix, labels, patches, generators, components or bases.
 func (c *Checker) plain(id string, content []byte) bool {
 	if v, ok := c.plains.get(id); ok {
 		return v
 	}
-	rest, _, err := kustomization.Filter(content, func(string) bool { return false })
+	rest, err := kustomization.Rest(content)
 	ok := err == nil
 	if ok {
 		var k types.Kustomization

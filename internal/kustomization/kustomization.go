@@ -51,6 +51,33 @@ func Resources(content []byte) ([]string, error) {
 	return p.block.values, err
 }
 
+// Rest returns content without its resources list (the key and its
+// entries), for a caller that needs the file's other settings: of a large
+// file, without re-reading its entries.
+func Rest(content []byte) ([]byte, error) {
+	p, _, err := read(content)
+	if err != nil {
+		return nil, err
+	}
+	b := p.block
+	if b.key < 0 {
+		return content, nil
+	}
+	last := b.key
+	if b.end >= 0 {
+		last = b.end
+	} else if n := len(b.items); n > 0 {
+		last = b.items[n-1]
+	}
+	var sb strings.Builder
+	for i, l := range p.lines {
+		if i < b.key || i > last {
+			sb.WriteString(l)
+		}
+	}
+	return []byte(sb.String()), nil
+}
+
 // Contains reports whether the file entry names is in the resources list.
 func Contains(content []byte, entry string) (bool, error) {
 	values, err := Resources(content)

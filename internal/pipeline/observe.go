@@ -12,11 +12,14 @@ const (
 	StepRender   Step = "render"
 	StepCommit   Step = "commit"
 	StepValidate Step = "validate"
-	StepPush     Step = "push"
+	// StepIntent compares what Flux would apply before and after each
+	// job's commit with what its message asks.
+	StepIntent Step = "intent"
+	StepPush   Step = "push"
 )
 
 // Steps lists the steps a batch runs once it holds the lock.
-var Steps = []Step{StepSync, StepRender, StepCommit, StepValidate, StepPush}
+var Steps = []Step{StepSync, StepRender, StepCommit, StepValidate, StepIntent, StepPush}
 
 // PushResult is how a push went.
 type PushResult string

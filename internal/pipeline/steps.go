@@ -72,11 +72,6 @@ func (b *batch) applyJob(ctx context.Context, i int) {
 		if err := b.p.checker.CheckFiles(after, paths); err != nil {
 			return b.blame(before, job, err)
 		}
-		// What Flux would apply must change as the message asks, and in
-		// nothing else: checked for every job, on the commit it makes.
-		if err := b.p.intent.Check(before, after, job.Request, paths); err != nil {
-			return b.unintended(before, job, err)
-		}
 		if !b.perJob {
 			b.changed = append(b.changed, paths...)
 			return nil // the kustomizations are built once for the batch
@@ -91,6 +86,20 @@ func (b *batch) applyJob(ctx context.Context, i int) {
 		}
 		return nil
 	})
+	if err == nil {
+		// What Flux would apply must change as the message asks, and in
+		// nothing else: checked for every job, on the commit it makes.
+		err = b.timed(StepIntent, func() error {
+			after, err := b.p.repo.Snapshot(commit)
+			if err != nil {
+				return fmt.Errorf("open commit %s: %w", commit, err)
+			}
+			if err := b.p.intent.Check(before, after, job.Request, plan.Paths()); err != nil {
+				return b.unintended(before, job, err)
+			}
+			return nil
+		})
+	}
 	if err != nil {
 		res.Err = err // the commit stays an unreferenced object
 		return

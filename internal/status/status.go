@@ -122,7 +122,7 @@ func ago(now, t time.Time) string {
 
 // steps lists step durations in pipeline order.
 func steps(m map[string]int64) string {
-	order := []string{"lock", "sync", "render", "commit", "validate", "push"}
+	order := []string{"lock", "sync", "render", "commit", "validate", "intent", "push"}
 	var names []string
 	for k := range m {
 		names = append(names, k)

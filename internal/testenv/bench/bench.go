@@ -71,6 +71,11 @@ type SizeResult struct {
 	// (ed25519 SSH key), measured interleaved with Worker.
 	Signed           Stats   `json:"signed_worker_latency"`
 	SignedOverWorker float64 `json:"signed_p50_over_worker_p50"`
+	// Intent is the time the intent check takes per onboarding (in
+	// process, everything but the push), and IntentShare its p50 over the
+	// worker's single-message p50.
+	Intent      Stats   `json:"intent_check"`
+	IntentShare float64 `json:"intent_p50_over_worker_p50"`
 }
 
 // seedRepo makes a bare repository holding the reference tree plus n

@@ -100,6 +100,10 @@ func Run(ctx context.Context, opts Options, progress io.Writer) ([]SizeResult, e
 	if err := onboardings(ctx, api, runs, opts.Onboard); err != nil {
 		return results(), err
 	}
+	fmt.Fprintf(progress, "bench: intent check, %d onboardings per size\n", max(opts.Onboard, 20))
+	if err := intentCosts(ctx, runs, max(opts.Onboard, 20)); err != nil {
+		return results(), err
+	}
 	if opts.RefScript != "" && opts.Reference > 0 {
 		fmt.Fprintf(progress, "bench: reference steps, %d per size\n", opts.Reference)
 		if err := references(opts, runs); err != nil {
@@ -401,17 +405,17 @@ func WriteJSON(dir string, results []SizeResult, onGitea []GiteaResult, live []L
 // Table renders the results for a terminal and the README.
 func Table(results []SizeResult) string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "| tenants | worker p50 | p95 | p99 | floor p50 | floor p99 | p50/floor | p99/floor | reference p50 | reference/worker | backlog /s | RSS MB | signed p50 | signed/worker |\n")
-	fmt.Fprintf(&b, "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+	fmt.Fprintf(&b, "| tenants | worker p50 | p95 | p99 | floor p50 | floor p99 | p50/floor | p99/floor | reference p50 | reference/worker | backlog /s | RSS MB | signed p50 | signed/worker | intent p50 | intent/p50 |\n")
+	fmt.Fprintf(&b, "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
 	for _, r := range results {
 		backlog := "-"
 		if r.Throughput > 0 {
 			backlog = fmt.Sprintf("%.0f (%.0fx ref)", r.Throughput, r.ThroughputRatio)
 		}
-		fmt.Fprintf(&b, "| %d | %.0f ms | %.0f ms | %.0f ms | %.0f ms | %.0f ms | %.2f | %.2f | %.0f ms | %.1fx | %s | %.0f | %.0f ms | %.3f |\n",
+		fmt.Fprintf(&b, "| %d | %.0f ms | %.0f ms | %.0f ms | %.0f ms | %.0f ms | %.2f | %.2f | %.0f ms | %.1fx | %s | %.0f | %.0f ms | %.3f | %.1f ms | %.1f%% |\n",
 			r.Tenants, r.Worker.P50, r.Worker.P95, r.Worker.P99, r.Floor.P50, r.Floor.P99, r.WorkerOverFloor,
 			r.Worker.P99/max(r.Floor.P99, 0.001), r.Reference.P50, r.ReferenceRatio, backlog, r.PeakRSSMB,
-			r.Signed.P50, r.SignedOverWorker)
+			r.Signed.P50, r.SignedOverWorker, r.Intent.P50, 100*r.IntentShare)
 	}
 	return b.String()
 }
