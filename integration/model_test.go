@@ -151,8 +151,9 @@ func (m *model) tree(t *testing.T) map[string]string {
 		files[p] = string(b)
 	}
 	if m.pool != "" {
-		files["pooled-envs/pool-1.yaml"] = strings.NewReplacer("{ENVIRONMENT_ID}", "pool-1", "{RELEASE_VERSION}", m.pool).
-			Replace(template(t, "basic_env_template.yaml"))
+		// A deployment sets the release and keeps every other byte of the
+		// platform's file (which lacks the template's storageNamespace).
+		files["pooled-envs/pool-1.yaml"] = withRelease(files["pooled-envs/pool-1.yaml"], m.pool)
 	}
 	for _, tier := range []string{"premium", "advanced", "basic"} {
 		dummy, _ := templates.FS.ReadFile(templates.Root + "/tenants/" + tier + "/dummy-configmap.yaml")
