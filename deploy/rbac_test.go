@@ -29,6 +29,8 @@ func TestChartRBAC(t *testing.T) {
 		{APIGroups: []string{"helm.toolkit.fluxcd.io"}, Resources: []string{"helmreleases"}, Verbs: read},
 		{APIGroups: []string{"source.toolkit.fluxcd.io"}, Resources: []string{"gitrepositories"}, ResourceNames: []string{"platform"}, Verbs: []string{"patch"}},
 		{APIGroups: []string{"kustomize.toolkit.fluxcd.io"}, Resources: []string{"kustomizations"}, ResourceNames: []string{"tenants", "pools"}, Verbs: []string{"patch"}},
+		{APIGroups: []string{""}, Resources: []string{"configmaps"}, Verbs: []string{"create"}},
+		{APIGroups: []string{""}, Resources: []string{"configmaps"}, ResourceNames: []string{"tenant-worker-readiness"}, Verbs: []string{"get", "update"}},
 	}
 	if r.role.Namespace != "flux" || !reflect.DeepEqual(r.role.Rules, want) {
 		t.Errorf("Role in %q:\n%+v\nwant\n%+v", r.role.Namespace, r.role.Rules, want)
@@ -55,7 +57,7 @@ func TestChartRBAC(t *testing.T) {
 	if r.roleBinding.Namespace != "flux" {
 		t.Errorf("RoleBinding in %q", r.roleBinding.Namespace)
 	}
-	if cm := r.configMap.Data; cm["FLUX_NAMESPACE"] != "flux" || cm["FLUX_GIT_REPOSITORY"] != "platform" || cm["FLUX_KUSTOMIZATIONS"] != "tenants,pools" {
+	if cm := r.configMap.Data; cm["FLUX_NAMESPACE"] != "flux" || cm["FLUX_GIT_REPOSITORY"] != "platform" || cm["FLUX_KUSTOMIZATIONS"] != "tenants,pools" || cm["READINESS_RECORD"] != "tenant-worker-readiness" {
 		t.Errorf("the worker is not told the names the RBAC grants: %v", cm)
 	}
 

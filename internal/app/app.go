@@ -249,7 +249,7 @@ func Run(ctx context.Context, c Config) error {
 		})
 	})
 	if cluster != nil {
-		f := follower(ctx, o, cluster, p, w, m)
+		f := follower(ctx, o, cluster, repo, w, m)
 		w.Follow(f)
 		rebuild(ctx, o, repo, f)
 		wg.Go(func() { f.Run(ctx) })

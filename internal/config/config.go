@@ -72,6 +72,10 @@ type Options struct {
 	// FluxReconcile asks Flux to reconcile after each push
 	// (reconcile.fluxcd.io/requestedAt) instead of waiting for its interval.
 	FluxReconcile bool
+	// ReadinessRecord names the ConfigMap in FluxNamespace where every
+	// replica records the messages whose readiness outcome was published,
+	// so that a restart publishes none twice; empty for none.
+	ReadinessRecord string
 
 	HTTPAddr  string
 	LogLevel  string
@@ -109,6 +113,7 @@ func Default() Options {
 		FluxGitRepository:  "flux-system",
 		FluxKustomizations: "dataplane-tenants,dataplane-pooled-envs",
 		FluxReconcile:      true,
+		ReadinessRecord:    "tenant-worker-readiness",
 		HTTPAddr:           ":8080",
 		LogLevel:           "info",
 		LogFormat:          "json",
@@ -189,13 +194,14 @@ func (o *Options) BindGroups(fs *flag.FlagSet, getenv func(string) string, group
 		dur(&o.QueueStatsEvery, "queue-stats-interval", "QUEUE_STATS_INTERVAL", "how often queue and dead-letter depths are read for metrics")
 		dur(&o.ProbeMaxDelay, "probe-max-delay", "PROBE_MAX_DELAY", "longest pause between probes while git or the repository is at fault")
 		num(&o.RunHistory, "run-history", "RUN_HISTORY", "finished runs kept for the status page and /api/runs")
-		str(&o.Readiness, "readiness", "READINESS", "follow each pushed change into the cluster and publish a second result event (ready, failed, timeout): auto (with cluster access) or off")
+		str(&o.Readiness, "readiness", "READINESS", "follow each pushed change into the cluster and publish a second result event (ready, failed, superseded, timeout): auto (with cluster access) or off")
 		str(&o.Kubeconfig, "kubeconfig", "KUBECONFIG", "kubeconfig of the cluster Flux runs in; in a pod the in-cluster configuration is used without it")
 		dur(&o.ReadyTimeout, "ready-timeout", "READY_TIMEOUT", "how long a pushed change may take to be ready before its readiness event says timeout")
 		str(&o.FluxNamespace, "flux-namespace", "FLUX_NAMESPACE", "namespace of the Flux GitRepository and Kustomizations")
 		str(&o.FluxGitRepository, "flux-git-repository", "FLUX_GIT_REPOSITORY", "the Flux GitRepository that reads GIT_REPO_URL")
 		str(&o.FluxKustomizations, "flux-kustomizations", "FLUX_KUSTOMIZATIONS", "the Flux Kustomizations that apply the tenants and pooled-envs folders, comma-separated")
 		boolean(&o.FluxReconcile, "flux-reconcile", "FLUX_RECONCILE", "ask Flux to reconcile right after each push instead of at its interval")
+		str(&o.ReadinessRecord, "readiness-record", "READINESS_RECORD", "ConfigMap in FLUX_NAMESPACE recording the readiness events published, so that a restart publishes none twice; empty for none")
 		str(&o.HTTPAddr, "http-addr", "HTTP_ADDR", "address serving the status page, /api/runs, /metrics, /healthz and /readyz")
 		str(&o.LogLevel, "log-level", "LOG_LEVEL", "debug, info, warn or error")
 		str(&o.LogFormat, "log-format", "LOG_FORMAT", "json or console")
@@ -319,6 +325,9 @@ func (o *Options) ValidateGroups(groups Group) error {
 	if o.Readiness != "off" && (o.FluxNamespace == "" || o.FluxGitRepository == "" || len(o.Kustomizations()) == 0) {
 		errs = append(errs, errors.New("READINESS needs FLUX_NAMESPACE, FLUX_GIT_REPOSITORY and FLUX_KUSTOMIZATIONS"))
 	}
+	if o.ReadinessRecord != "" && !objectName.MatchString(o.ReadinessRecord) {
+		errs = append(errs, fmt.Errorf("READINESS_RECORD must be a ConfigMap name (lower-case letters, digits, '-' and '.'), not %q", o.ReadinessRecord))
+	}
 	switch o.LogFormat {
 	case "json", "console":
 	default:
@@ -398,3 +407,6 @@ var scpLike = regexp.MustCompile(`^(?:[^@/:]+@)?[^@/:]+:[^/]`)
 func isSSH(raw string) bool {
 	return strings.HasPrefix(raw, "ssh://") || (!strings.Contains(raw, "://") && scpLike.MatchString(raw))
 }
+
+// objectName is a Kubernetes object name (a DNS subdomain).
+var objectName = regexp.MustCompile(`^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$`)

@@ -35,7 +35,7 @@ type Metrics struct {
 	Probes *prometheus.CounterVec
 
 	// Readiness counts the readiness events of followed changes, by kind
-	// and outcome (ready, failed, timeout); TimeToReady is the time from
+	// and outcome (ready, failed, superseded, timeout); TimeToReady is the time from
 	// the push to ready, by kind; ReadinessPending the changes followed.
 	Readiness        *prometheus.CounterVec
 	TimeToReady      *prometheus.HistogramVec
@@ -136,7 +136,7 @@ func New(reg prometheus.Registerer) *Metrics {
 	}, []string{"result"})
 	m.Readiness = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "tenant_worker_readiness_total",
-		Help: "Readiness events of pushed changes followed into the cluster, by kind and outcome (ready, failed, timeout).",
+		Help: "Readiness events of pushed changes followed into the cluster, by kind and outcome (ready, failed, superseded: replaced by a later change before it was ready, timeout).",
 	}, []string{"kind", "outcome"})
 	m.TimeToReady = prometheus.NewHistogramVec(prometheus.HistogramOpts{
 		Name:    "tenant_worker_time_to_ready_seconds",

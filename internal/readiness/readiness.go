@@ -2,18 +2,16 @@
 // GitRepository fetched it, the Kustomizations that read its folders
 // applied it, and every HelmRelease it touched is Ready at the chart version
 // it asks for (or gone, for an offboarding). It says so once per message:
-// ready, failed (with Flux's reason and message) or timeout.
+// ready, failed (with Flux's reason and message), superseded (a later change
+// replaced it before it was ready) or timeout.
 package readiness
 
 import (
 	"context"
-	"fmt"
 	"slices"
-	"strings"
 	"sync"
 	"time"
 
-	"github.com/Masterminds/semver/v3"
 	"github.com/rs/zerolog"
 
 	"github.com/tenant-worker/tenant-worker/internal/flux"
@@ -25,7 +23,19 @@ const (
 	OutcomeReady   = "ready"   // every release the change touched is as it asks
 	OutcomeFailed  = "failed"  // Flux reports a failure of the change
 	OutcomeTimeout = "timeout" // not ready within the timeout
+	// OutcomeSuperseded: a later change to the same releases (tenant, tier
+	// or pooled environment) replaced it before it was ready; the event
+	// names that change's message. Not a failure: what the branch asks for
+	// now is the later change's, which has its own event.
+	OutcomeSuperseded = "superseded"
 )
+
+// Outcomes lists every outcome of a readiness event.
+var Outcomes = []string{OutcomeReady, OutcomeFailed, OutcomeSuperseded, OutcomeTimeout}
+
+// NotReady lists the outcomes that say a change did not go live although
+// nothing replaced it: the ones to alert on.
+var NotReady = []string{OutcomeFailed, OutcomeTimeout}
 
 // Stages a followed change passes, in order, before its outcome.
 const (
@@ -42,13 +52,23 @@ type Target struct {
 	Releases                             []gitops.Release
 }
 
+// Commit is a commit of the branch: its hash and, when the worker made it,
+// the change it carries (nil for a ledger record or someone else's commit).
+type Commit struct {
+	Hash   string
+	Change *Target
+}
+
 // Event is a followed change's end.
 type Event struct {
 	Target
 	Outcome string
 	// Reason and Message are Flux's, for failed; for timeout, what was
-	// still pending.
+	// still pending; for superseded, what replaced it.
 	Reason, Message string
+	// SupersededBy is the message id of the change that replaced this one
+	// (outcome superseded).
+	SupersededBy string
 	// Fetched and Applied are when each stage was seen (zero if never).
 	Fetched, Applied, Done time.Time
 }
@@ -59,7 +79,25 @@ type Cluster interface {
 	RequestFetch(ctx context.Context, at time.Time) error
 	// RequestApply asks the named Kustomizations to apply now.
 	RequestApply(ctx context.Context, names []string, at time.Time) error
+	// Read returns where Flux stands, as the client's watches saw it.
 	Read(ctx context.Context, namespaces []string) (flux.State, error)
+	// Generations reads from the API server itself, not a watch, the
+	// metadata.generation of the HelmReleases named namespace/name; one
+	// that does not exist is left out.
+	Generations(ctx context.Context, keys []string) (map[string]int64, error)
+}
+
+// Record is a durable record, shared by every replica, of the messages
+// whose readiness outcome was decided; *flux.Record is one. It is what
+// keeps a restart, or a replica that follows again what another one
+// pushed, from publishing an outcome twice.
+type Record interface {
+	// Decided returns which of ids have an outcome recorded.
+	Decided(ctx context.Context, ids []string) (map[string]bool, error)
+	// Claim records, in one atomic write, the outcome (by message id) of
+	// each message that has none recorded yet, and returns those it
+	// recorded: only they are published.
+	Claim(ctx context.Context, outcomes map[string]string) (map[string]bool, error)
 }
 
 // Options shape a Follower.
@@ -69,10 +107,17 @@ type Options struct {
 	// Poll is the pause between readings of the cluster while changes are
 	// followed (default 250 ms).
 	Poll time.Duration
-	// Sync, if set, fetches the branch and returns its head: the follower
-	// calls it when Flux names a commit it has not seen, to learn whether
-	// it comes after the followed ones.
-	Sync func(ctx context.Context) (string, error)
+	// History, if set, reads the branch: its commits since since, oldest
+	// first and ending at its head, at most depth of them. The follower
+	// calls it when Flux names a commit it has not seen, to place it and
+	// to learn the changes others pushed (another replica's may replace
+	// one it follows). A failed call is tried again, backing off.
+	History func(ctx context.Context, since time.Time, depth int) ([]Commit, error)
+	// Record, if set, is consulted before each outcome is published, and
+	// by Resume: an outcome it already holds is not published again.
+	Record Record
+	// Now is the clock (default time.Now).
+	Now func() time.Time
 	// OnStage hears each stage a change reaches; OnDone its end.
 	OnStage func(t Target, stage string, at time.Time)
 	OnDone  func(e Event)
@@ -95,17 +140,16 @@ type Options struct {
 	NoReconcile bool
 }
 
-// Follower follows pushed changes until each is ready, failed or timed out.
+// Follower follows pushed changes until each is ready, failed, superseded
+// or timed out.
 type Follower struct {
 	cluster Cluster
 	o       Options
 
 	mu      sync.Mutex
-	order   map[string]int // commit -> position in the branch's history as seen
-	next    int
+	branch  branch // the commits of the branch as seen, in order
 	pending []*follow
-	asked   bool            // a fetch request is due
-	synced  map[string]bool // unknown revisions a sync was tried for
+	asked   bool // a fetch request is due
 	wake    chan struct{}
 
 	idleSince  map[string]time.Time // Kustomization -> since when it is seen idle behind the fetched commit
@@ -114,8 +158,17 @@ type Follower struct {
 
 type follow struct {
 	Target
-	pos              int
 	fetched, applied time.Time
+	// replaced holds, by release (namespace/name), the message id of the
+	// later change that replaced it; when it holds every release, the
+	// change is superseded by the last one (by, byCommit).
+	replaced     map[string]string
+	by, byCommit string
+	// gens holds, once tied, each release's metadata.generation read from
+	// the API server after the Kustomizations applied the change: the
+	// release's state counts only from that generation on.
+	gens map[string]int64
+	tied bool
 }
 
 // New returns a Follower; run it with Run.
@@ -129,34 +182,80 @@ func New(c Cluster, o Options) *Follower {
 	if o.ApplyGrace <= 0 {
 		o.ApplyGrace = 2 * time.Second
 	}
-	return &Follower{cluster: c, o: o, order: map[string]int{}, synced: map[string]bool{}, askedApply: map[string]string{},
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	return &Follower{cluster: c, o: o, branch: newBranch(), askedApply: map[string]string{},
 		idleSince: map[string]time.Time{}, wake: make(chan struct{}, 1)}
 }
 
 // Pushed records commits the worker pushed, oldest first, and follows the
-// targets among them (a commit may carry none: a ledger record).
+// targets among them (a commit may carry none: a ledger record). A target
+// replaces what it changes of the changes followed before it.
 func (f *Follower) Pushed(commits []string, targets []Target) {
 	f.mu.Lock()
 	for _, c := range commits {
-		f.see(c)
+		f.branch.see(c)
 	}
 	for _, t := range targets {
-		f.pending = append(f.pending, &follow{Target: t, pos: f.order[t.Commit]})
+		f.branch.see(t.Commit)
+		f.supersede(t)
+		f.pending = append(f.pending, &follow{Target: t})
 	}
+	f.branch.trim(f.pendingCommits())
 	f.asked = f.asked || len(commits) > 0
 	f.mu.Unlock()
-	f.report(nil)
+	f.nudge()
+}
+
+// Resume follows again, at start, the worker's changes among commits (the
+// branch's recent history, oldest first), except those whose outcome the
+// Record already holds: a restart publishes no outcome twice. Those still
+// replace what they changed of earlier ones, so a change replaced before
+// the restart is decided superseded from the history alone. It returns how
+// many changes it follows.
+func (f *Follower) Resume(ctx context.Context, commits []Commit) int {
+	var ids []string
+	for _, c := range commits {
+		if c.Change != nil {
+			ids = append(ids, c.Change.MessageID)
+		}
+	}
+	decided := map[string]bool{}
+	if f.o.Record != nil && len(ids) > 0 {
+		var err error
+		if decided, err = f.o.Record.Decided(ctx, ids); err != nil {
+			// Better twice than never: events are at least once.
+			zerolog.Ctx(ctx).Warn().Err(err).Msg("could not read the record of readiness outcomes; outcomes decided before this start may be published again")
+			decided = map[string]bool{}
+		}
+	}
+	n := 0
+	f.mu.Lock()
+	for _, c := range commits {
+		f.branch.see(c.Hash)
+		if c.Change == nil {
+			continue
+		}
+		t := *c.Change
+		f.supersede(t)
+		if !decided[t.MessageID] {
+			f.pending = append(f.pending, &follow{Target: t})
+			n++
+		}
+	}
+	f.branch.trim(f.pendingCommits())
+	f.asked = f.asked || len(commits) > 0
+	f.mu.Unlock()
+	f.nudge()
+	return n
+}
+
+func (f *Follower) nudge() {
+	f.report(context.Background(), nil)
 	select {
 	case f.wake <- struct{}{}:
 	default:
-	}
-}
-
-// see gives a commit the next position, if it has none.
-func (f *Follower) see(commit string) {
-	if _, ok := f.order[commit]; !ok && commit != "" {
-		f.next++
-		f.order[commit] = f.next
 	}
 }
 
@@ -175,7 +274,7 @@ func (f *Follower) Run(ctx context.Context) {
 		f.asked = false
 		f.mu.Unlock()
 		if ask && !f.o.NoReconcile {
-			f.requested(ctx, f.cluster.RequestFetch(ctx, time.Now()))
+			f.requested(ctx, f.cluster.RequestFetch(ctx, f.o.Now()))
 		}
 		if n > 0 {
 			f.step(ctx)
@@ -208,6 +307,7 @@ func (f *Follower) requested(ctx context.Context, err error) {
 
 // step reads the cluster once and moves every followed change on.
 func (f *Follower) step(ctx context.Context) {
+	f.report(ctx, f.finish(func(p *follow) (Event, bool) { return f.superseded(p, f.o.Now()) }))
 	f.mu.Lock()
 	nss := map[string]bool{}
 	for _, p := range f.pending {
@@ -223,103 +323,82 @@ func (f *Follower) step(ctx context.Context) {
 	slices.Sort(namespaces)
 	st, err := f.cluster.Read(ctx, namespaces)
 	if err != nil {
-		if f.o.OnRead != nil && ctx.Err() == nil {
-			f.o.OnRead(err)
-		}
-		f.timeouts(time.Now(), "the cluster could not be read: "+err.Error())
+		f.readFailed(ctx, err)
+		now := f.o.Now()
+		why := "the cluster could not be read: " + err.Error()
+		f.report(ctx, f.finish(func(p *follow) (Event, bool) {
+			if now.Sub(p.Pushed) < f.o.Timeout {
+				return Event{}, false
+			}
+			return Event{Target: p.Target, Outcome: OutcomeTimeout, Message: why, Fetched: p.fetched, Applied: p.applied, Done: now}, true
+		}))
 		return
 	}
-	if unknown := f.unknownRevision(st); unknown != "" && f.o.Sync != nil {
-		if head, err := f.o.Sync(ctx); err == nil {
-			f.mu.Lock()
-			f.see(head)
-			f.mu.Unlock()
-		}
-	}
-	now := time.Now()
+	f.place(ctx, st)
+	f.tie(ctx, st)
+	now := f.o.Now()
 	if late := f.late(st, now); len(late) > 0 {
 		f.requested(ctx, f.cluster.RequestApply(ctx, late, now))
 	}
-	var done []Event
 	var stages []func()
-	f.mu.Lock()
-	kept := f.pending[:0]
-	for _, p := range f.pending {
+	done := f.finish(func(p *follow) (Event, bool) {
 		ev, finished, reached := f.judge(p, st, now)
 		for _, s := range reached {
 			t, s := p.Target, s
 			stages = append(stages, func() { f.o.OnStage(t, s, now) })
 		}
-		if finished {
-			done = append(done, ev)
-			continue
-		}
-		kept = append(kept, p)
-	}
-	f.keep(kept)
-	f.mu.Unlock()
+		return ev, finished
+	})
 	if f.o.OnStage != nil {
 		for _, s := range stages {
 			s()
 		}
 	}
-	f.report(done)
+	f.report(ctx, done)
 }
 
-// late returns the Kustomizations to ask to apply: each reads a followed
-// change the GitRepository has fetched, yet has been seen idle without
-// attempting the fetched revision for ApplyGrace. Each is asked once per
-// revision.
-func (f *Follower) late(st flux.State, now time.Time) []string {
+func (f *Follower) readFailed(ctx context.Context, err error) {
+	if f.o.OnRead != nil && ctx.Err() == nil {
+		f.o.OnRead(err)
+	}
+}
+
+// finish ends the followed changes end says are finished, and returns their
+// events. end runs with f.mu held.
+func (f *Follower) finish(end func(p *follow) (Event, bool)) []Event {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if f.o.NoReconcile || st.Fetched == "" {
-		return nil
-	}
-	var late []string
-	for _, k := range st.Kustomizations {
-		if k.LastAttempted == st.Fetched || k.Reconciling || f.askedApply[k.Name] == st.Fetched || !f.behind(k, st.Fetched) {
-			delete(f.idleSince, k.Name)
-			continue
-		}
-		since, seen := f.idleSince[k.Name]
-		if !seen {
-			f.idleSince[k.Name] = now
-			continue
-		}
-		if now.Sub(since) < f.o.ApplyGrace {
-			continue
-		}
-		delete(f.idleSince, k.Name)
-		f.askedApply[k.Name] = st.Fetched
-		late = append(late, k.Name)
-	}
-	return late
-}
-
-// behind reports whether Kustomization k has yet to apply a followed
-// change that revision fetched holds; f.mu is held.
-func (f *Follower) behind(k flux.Kustomization, fetched string) bool {
+	var done []Event
+	kept := f.pending[:0]
 	for _, p := range f.pending {
-		if f.atOrAfter(fetched, p.pos) && !f.atOrAfter(k.LastApplied, p.pos) && reads(k, p.Releases) {
-			return true
+		if ev, finished := end(p); finished {
+			done = append(done, ev)
+			continue
 		}
+		kept = append(kept, p)
 	}
-	return false
-}
-
-// keep makes kept (a prefix of pending's array) the followed changes;
-// f.mu is held.
-func (f *Follower) keep(kept []*follow) {
 	clear(f.pending[len(kept):])
 	f.pending = kept
+	f.branch.trim(f.pendingCommits())
+	return done
 }
 
-// report tells how many changes are followed, then the ends of done.
-func (f *Follower) report(done []Event) {
+// pendingCommits returns the commits of the followed changes; f.mu is held.
+func (f *Follower) pendingCommits() map[string]bool {
+	m := make(map[string]bool, len(f.pending))
+	for _, p := range f.pending {
+		m[p.Commit] = true
+	}
+	return m
+}
+
+// report tells how many changes are followed, then the ends of done whose
+// outcome the Record did not hold yet.
+func (f *Follower) report(ctx context.Context, done []Event) {
 	if f.o.OnPending != nil {
 		f.o.OnPending(f.Pending())
 	}
+	done = f.claim(ctx, done)
 	if f.o.OnDone != nil {
 		for _, e := range done {
 			f.o.OnDone(e)
@@ -327,193 +406,29 @@ func (f *Follower) report(done []Event) {
 	}
 }
 
-// unknownRevision returns a revision Flux names that the follower cannot
-// place (a commit someone else pushed), once per revision.
-func (f *Follower) unknownRevision(st flux.State) string {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	revs := []string{st.Fetched}
-	for _, k := range st.Kustomizations {
-		revs = append(revs, k.LastApplied, k.LastAttempted)
+// claim records the outcomes of done and returns the events to publish:
+// those the Record took. Two replicas that follow the same change (one
+// restarted and following again what the other still follows) both decide
+// it; the Record's atomic write lets one of them publish. When the Record
+// cannot be written every event is published: twice is better than never.
+func (f *Follower) claim(ctx context.Context, done []Event) []Event {
+	if f.o.Record == nil || len(done) == 0 {
+		return done
 	}
-	for _, r := range revs {
-		if _, ok := f.order[r]; r != "" && !ok && !f.synced[r] {
-			f.synced[r] = true
-			return r
-		}
+	outcomes := make(map[string]string, len(done))
+	for _, e := range done {
+		outcomes[e.MessageID] = e.Outcome
 	}
-	return ""
-}
-
-// atOrAfter reports whether revision rev holds the change at position pos.
-func (f *Follower) atOrAfter(rev string, pos int) bool {
-	p, ok := f.order[rev]
-	return ok && p >= pos
-}
-
-// judge moves p on with st. It returns p's event when p is finished and the
-// stages p reached now.
-func (f *Follower) judge(p *follow, st flux.State, now time.Time) (Event, bool, []string) {
-	var reached []string
-	if p.fetched.IsZero() && f.atOrAfter(st.Fetched, p.pos) {
-		p.fetched = now
-		reached = append(reached, StageFetched)
-	}
-	ev := Event{Target: p.Target}
-	end := func(outcome, reason, msg string) (Event, bool, []string) {
-		ev.Outcome, ev.Reason, ev.Message, ev.Fetched, ev.Applied, ev.Done = outcome, reason, msg, p.fetched, p.applied, now
-		return ev, true, reached
-	}
-	if p.applied.IsZero() {
-		applied := true
-		for _, k := range st.Kustomizations {
-			if !reads(k, p.Releases) {
-				continue
-			}
-			if f.atOrAfter(k.LastApplied, p.pos) {
-				continue
-			}
-			applied = false
-			if k.Ready.Status == "False" && f.atOrAfter(k.LastAttempted, p.pos) {
-				return end(OutcomeFailed, k.Ready.Reason, fmt.Sprintf("Kustomization %s: %s", k.Name, k.Ready.Message))
-			}
-		}
-		if applied {
-			if p.fetched.IsZero() {
-				p.fetched = now
-				reached = append(reached, StageFetched)
-			}
-			p.applied = now
-			reached = append(reached, StageApplied)
-		}
-	}
-	var waiting []string
-	for _, r := range p.Releases {
-		hr := st.Releases[r.Namespace+"/"+r.Name]
-		state, failed := releaseState(r, hr)
-		if failed && !p.applied.IsZero() {
-			return end(OutcomeFailed, hr.Ready.Reason, fmt.Sprintf("HelmRelease %s/%s: %s", r.Namespace, r.Name, hr.Ready.Message))
-		}
-		if state != "" {
-			waiting = append(waiting, fmt.Sprintf("HelmRelease %s/%s %s", r.Namespace, r.Name, state))
-		}
-	}
-	if !p.applied.IsZero() && len(waiting) == 0 {
-		return end(OutcomeReady, "", "")
-	}
-	if now.Sub(p.Pushed) >= f.o.Timeout {
-		if p.applied.IsZero() {
-			waiting = append([]string{"the Kustomizations have not applied the commit"}, waiting...)
-		}
-		return end(OutcomeTimeout, "", "not ready after "+f.o.Timeout.String()+": "+strings.Join(waiting, "; "))
-	}
-	return ev, false, reached
-}
-
-// timeouts ends the followed changes whose time is up while the cluster
-// cannot be read.
-func (f *Follower) timeouts(now time.Time, why string) {
-	f.mu.Lock()
-	var done []Event
-	kept := f.pending[:0]
-	for _, p := range f.pending {
-		if now.Sub(p.Pushed) >= f.o.Timeout {
-			done = append(done, Event{Target: p.Target, Outcome: OutcomeTimeout, Message: why, Fetched: p.fetched, Applied: p.applied, Done: now})
-			continue
-		}
-		kept = append(kept, p)
-	}
-	f.keep(kept)
-	f.mu.Unlock()
-	f.report(done)
-}
-
-// reads reports whether Kustomization k applies any of the releases' files
-// (all of them when there are none: a change of the whole tier).
-func reads(k flux.Kustomization, rs []gitops.Release) bool {
-	if len(rs) == 0 {
-		return true
-	}
-	for _, r := range rs {
-		if k.Path == "" || strings.HasPrefix(r.Path, k.Path+"/") {
-			return true
-		}
-	}
-	return false
-}
-
-// Transient reasons of a Ready=False HelmRelease: Flux is still at work.
-var transient = []string{"Progressing", "ProgressingWithRetry", "DependencyNotReady", ""}
-
-// sourceWaits are the endings of a SourceNotReady message while the chart
-// is on its way; any other (a chart version that does not exist, a
-// repository that fails) is the source's failure.
-var sourceWaits = []string{"latest generation of object has not been reconciled", "does not have an artifact"}
-
-// failedNow reports whether hr's Ready condition is a failure of its
-// current generation. helm-controller leaves observedGeneration behind
-// while its chart is not ready, so the condition's own generation counts.
-func failedNow(hr flux.HelmRelease) bool {
-	c := hr.Ready
-	if c.Status != "False" || slices.Contains(transient, c.Reason) || c.ObservedGeneration != hr.Generation {
-		return false
-	}
-	if c.Reason == "SourceNotReady" {
-		for _, w := range sourceWaits {
-			if strings.HasSuffix(c.Message, w) {
-				return false
-			}
-		}
-	}
-	return true
-}
-
-// releaseState says what a release still waits for ("" when it is as r
-// asks) and whether Flux reports a failure of it.
-func releaseState(r gitops.Release, hr flux.HelmRelease) (string, bool) {
-	if r.Gone {
-		if hr.Exists {
-			return "still exists", false
-		}
-		return "", false
-	}
-	switch {
-	case !hr.Exists:
-		return "does not exist yet", false
-	case hr.Deleting:
-		return "is being deleted", false
-	case failedNow(hr):
-		return "failed", true
-	case !hr.Current:
-		return "not reconciled yet: " + hr.Ready.Reason + " " + hr.Ready.Message, false
-	case hr.Stalled.Status == "True":
-		return "stalled", true
-	case hr.Ready.Status != "True":
-		return fmt.Sprintf("Ready=%s %s: %s", orUnknown(hr.Ready.Status), hr.Ready.Reason, hr.Ready.Message), false
-	case !versionMatches(r.Version, hr.ChartVersion):
-		return fmt.Sprintf("at chart %s, not %s", hr.ChartVersion, r.Version), false
-	}
-	return "", false
-}
-
-func orUnknown(s string) string {
-	if s == "" {
-		return "Unknown"
-	}
-	return s
-}
-
-// versionMatches reports whether a chart version satisfies a HelmRelease's
-// version (a constraint such as "1.0.x", or exact); any version does when it
-// asks for none.
-func versionMatches(want, have string) bool {
-	if want == "" || want == "*" {
-		return have != ""
-	}
-	c, err := semver.NewConstraint(want)
+	won, err := f.o.Record.Claim(ctx, outcomes)
 	if err != nil {
-		return want == have
+		zerolog.Ctx(ctx).Warn().Err(err).Int("events", len(done)).Msg("could not record readiness outcomes; publishing them anyway, so one may be published twice")
+		return done
 	}
-	v, err := semver.NewVersion(have)
-	return err == nil && c.Check(v)
+	kept := done[:0]
+	for _, e := range done {
+		if won[e.MessageID] {
+			kept = append(kept, e)
+		}
+	}
+	return kept
 }

@@ -12,12 +12,18 @@ import (
 )
 
 // fakeCluster hands out the states of a script, one per reading; the last
-// one stays.
+// one stays. Its API server holds the generations of gens, or else those of
+// the state last read.
 type fakeCluster struct {
 	mu      sync.Mutex
 	states  []flux.State
+	last    flux.State
+	gens    map[string]int64
 	fetches int
 	applies []string
+	// read, if set, hears the number of each reading before it returns.
+	read  func(n int)
+	reads int
 }
 
 func (c *fakeCluster) RequestFetch(context.Context, time.Time) error {
@@ -36,12 +42,32 @@ func (c *fakeCluster) RequestApply(_ context.Context, names []string, _ time.Tim
 
 func (c *fakeCluster) Read(context.Context, []string) (flux.State, error) {
 	c.mu.Lock()
-	defer c.mu.Unlock()
 	st := c.states[0]
 	if len(c.states) > 1 {
 		c.states = c.states[1:]
 	}
+	c.last = st
+	c.reads++
+	n, read := c.reads, c.read
+	c.mu.Unlock()
+	if read != nil {
+		read(n)
+	}
 	return st, nil
+}
+
+func (c *fakeCluster) Generations(_ context.Context, keys []string) (map[string]int64, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	out := map[string]int64{}
+	for _, k := range keys {
+		if g, ok := c.gens[k]; ok {
+			out[k] = g
+		} else if hr, ok := c.last.Releases[k]; ok {
+			out[k] = hr.Generation
+		}
+	}
+	return out, nil
 }
 
 const tenantsPath = "application-plane/production/tenants"

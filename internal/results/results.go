@@ -39,9 +39,14 @@ type Event struct {
 	// DurationMS is the time from receiving the message to its outcome.
 	DurationMS int64 `json:"duration_ms"`
 	// Stages is set on the second event of an applied message, its
-	// readiness event (outcome ready, failed or timeout): when the commit
-	// was pushed and how long Flux took to reach each stage.
+	// readiness event (outcome ready, failed, superseded or timeout): when
+	// the commit was pushed and how long Flux took to reach each stage.
 	Stages *Stages `json:"stages,omitempty"`
+	// SupersededBy is set on a readiness event with outcome superseded:
+	// the message id of the later change that replaced this one (to the
+	// same tenant, tier or pooled environment) before it was ready. That
+	// message has its own readiness event.
+	SupersededBy string `json:"superseded_by,omitempty"`
 }
 
 // Stages are the times of a pushed change on its way into the cluster, in
@@ -53,12 +58,12 @@ type Stages struct {
 	// AppliedMS: every Kustomization that reads the changed folders
 	// applied it.
 	AppliedMS int64 `json:"applied_ms,omitempty"`
-	// DoneMS: the outcome (ready, failed or timeout).
+	// DoneMS: the outcome (ready, failed, superseded or timeout).
 	DoneMS int64 `json:"done_ms"`
 }
 
 // Readiness outcomes: the second event of an applied message.
-var Readiness = []string{"ready", "failed", "timeout"}
+var Readiness = []string{"ready", "failed", "superseded", "timeout"}
 
 // API is the SQS call a Publisher makes.
 type API interface {

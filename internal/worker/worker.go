@@ -222,7 +222,7 @@ func (w *Worker) Done(ctx context.Context, e readiness.Event) {
 	stages := &results.Stages{PushedAt: e.Pushed.UTC(), FetchedMS: ms(e.Fetched), AppliedMS: ms(e.Applied), DoneMS: ms(e.Done)}
 	w.Stage(e.Target, e.Outcome, e.Done)
 	w.runs.UpdateDone(e.MessageID, func(r *runs.Run) {
-		if r.Commit == e.Commit && e.Message != "" {
+		if r.Commit == e.Commit && e.Message != "" && e.Outcome != readiness.OutcomeSuperseded {
 			r.LiveError = strings.TrimPrefix(e.Reason+": "+e.Message, ": ")
 		}
 	})
@@ -232,13 +232,16 @@ func (w *Worker) Done(ctx context.Context, e readiness.Event) {
 	switch e.Outcome {
 	case readiness.OutcomeReady:
 		log.Info().Msg("tenant change is live in the cluster")
+	case readiness.OutcomeSuperseded:
+		// Not a failure: the later change has its own readiness event.
+		log.Info().Str("superseded_by", e.SupersededBy).Msg("tenant change replaced by a later one before it was live")
 	default:
 		log.Warn().Str("reason", e.Reason).Str("error", e.Message).Msg("tenant change is not live in the cluster")
 	}
 	w.publishResults(ctx, log, []results.Event{{
 		MessageID: e.MessageID, Queue: e.Queue, Kind: e.Kind, TenantID: e.Tenant, Tier: e.Tier,
 		Outcome: e.Outcome, Reason: e.Reason, Error: e.Message, CommitSHA: e.Commit,
-		DurationMS: e.Done.Sub(e.Pushed).Milliseconds(), Stages: stages,
+		DurationMS: e.Done.Sub(e.Pushed).Milliseconds(), Stages: stages, SupersededBy: e.SupersededBy,
 	}})
 }
 
