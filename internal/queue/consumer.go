@@ -163,8 +163,10 @@ func (c *Consumer) Run(ctx context.Context) {
 		}
 		// A full receive means more may be waiting: take them too (without
 		// waiting), so that a backlog is applied in fewer, larger pushes.
+		// Like the poll, a follow-up receive in flight at shutdown runs out
+		// within the grace: what SQS hands it is made visible again below.
 		for len(out) < c.opts.MaxBatch && len(out)%c.opts.MaxMessages == 0 && ctx.Err() == nil {
-			more, err := c.receive(ctx, 0)
+			more, err := c.followUp(ctx)
 			if err != nil || len(more) == 0 {
 				break
 			}
@@ -193,6 +195,14 @@ func (c *Consumer) poll(ctx context.Context) ([]types.Message, error) {
 	pctx, cancel := graceContext(ctx, c.opts.ShutdownGrace)
 	defer cancel()
 	return c.receive(pctx, c.opts.WaitTime)
+}
+
+// followUp is a receive that does not wait, bounded by the shutdown grace
+// rather than abandoned when shutdown begins.
+func (c *Consumer) followUp(ctx context.Context) ([]types.Message, error) {
+	fctx, cancel := graceContext(ctx, c.opts.ShutdownGrace)
+	defer cancel()
+	return c.receive(fctx, 0)
 }
 
 // receive is one ReceiveMessage call.

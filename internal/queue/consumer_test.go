@@ -291,3 +291,48 @@ func TestPollInFlightAtShutdownIsReleased(t *testing.T) {
 		t.Errorf("handled %v, visibility %v: the late message must be made visible at once", handled, vis)
 	}
 }
+
+// TestFollowUpReceiveAtShutdownIsReleased: a full receive is followed by
+// receives that take what else is waiting. One of them in flight when
+// SIGTERM arrives must run out within the grace, not be abandoned: SQS may
+// hand it messages, which are then made visible again at once instead of
+// staying invisible for their whole visibility timeout.
+func TestFollowUpReceiveAtShutdownIsReleased(t *testing.T) {
+	f := newFake()
+	ctx, cancel := context.WithCancel(context.Background())
+	following := make(chan struct{})
+	calls := 0
+	f.receive = func(pctx context.Context, _ *sqs.ReceiveMessageInput) ([]types.Message, error) {
+		calls++
+		switch calls {
+		case 1: // a full receive: one message, MaxMessages 1
+			return []types.Message{{MessageId: aws.String("first"), ReceiptHandle: aws.String("rh-first"), Body: aws.String("{}")}}, nil
+		case 2: // the follow-up receive
+			close(following)
+			<-ctx.Done() // SIGTERM arrives while it is in flight...
+			if pctx.Err() != nil {
+				return nil, pctx.Err() // abandoned: what SQS hands it is stranded
+			}
+			// ...and SQS hands it a message just after.
+			return []types.Message{{MessageId: aws.String("late"), ReceiptHandle: aws.String("rh-late"), Body: aws.String("{}")}}, nil
+		}
+		return nil, nil
+	}
+	handled := false
+	c := testConsumer(f, func(context.Context, []Message) []Disposition {
+		handled = true
+		return []Disposition{{Action: Ack}, {Action: Ack}}
+	}, Options{ShutdownGrace: 5 * time.Second, WaitTime: time.Second, MaxMessages: 1, MaxBatch: 10})
+	done := make(chan struct{})
+	go func() { c.Run(ctx); close(done) }()
+	<-following
+	cancel()
+	<-done
+	_, vis, _ := f.snapshot()
+	if calls < 2 {
+		t.Fatal("the planned follow-up receive did not happen")
+	}
+	if handled || vis["rh-late"] != 0 || vis["rh-first"] != 0 || len(vis) != 2 {
+		t.Errorf("handled %v, visibility %v: both messages must be made visible at once", handled, vis)
+	}
+}

@@ -13,10 +13,12 @@ import (
 	"bytes"
 	"encoding/json"
 	"html"
+	"html/template"
 	"io"
 	"net/http"
 	"net/url"
 	"regexp"
+	"slices"
 	"strings"
 	"sync"
 )
@@ -37,10 +39,7 @@ func Add(secret string) {
 	if len(secret) < 4 {
 		return
 	}
-	forms := []string{secret, html.EscapeString(secret), url.QueryEscape(secret), url.PathEscape(secret)}
-	if b, err := json.Marshal(secret); err == nil {
-		forms = append(forms, string(b[1:len(b)-1]))
-	}
+	forms := Forms(secret)
 	mu.Lock()
 	defer mu.Unlock()
 next:
@@ -57,6 +56,69 @@ next:
 			secrets[j], secrets[j-1] = secrets[j-1], secrets[j]
 		}
 	}
+}
+
+// contexts are the places a surface's html/template puts a value: text,
+// attributes quoted and not, a script's string and value, a URL's query and
+// whole. Each escapes differently ("+" is "&#43;" in text, "\u002b" in a
+// script, "%2b" in a URL).
+var contexts = []string{
+	`{{.}}`, `<a title="{{.}}">`, `<a title={{.}}>`, `<script>var s = "{{.}}"</script>`,
+	`<script>var s = {{.}}</script>`, `<a href="/x?q={{.}}">`, `<a href="{{.}}">`, `<a href="/{{.}}">`,
+}
+
+var parsed = func() []*template.Template {
+	var ts []*template.Template
+	for _, c := range contexts {
+		ts = append(ts, template.Must(template.New("").Parse(c)))
+	}
+	return ts
+}()
+
+// Forms returns secret as every surface can write it: as is, escaped by
+// html.EscapeString, by html/template in each context, for a JavaScript
+// string, for a URL's query and path, and for JSON (with and without HTML
+// escaping).
+func Forms(secret string) []string {
+	forms := []string{secret, html.EscapeString(secret), template.HTMLEscapeString(secret),
+		template.JSEscapeString(secret), url.QueryEscape(secret), url.PathEscape(secret)}
+	if b, err := json.Marshal(secret); err == nil {
+		forms = append(forms, string(b[1:len(b)-1]))
+	}
+	var b bytes.Buffer
+	enc := json.NewEncoder(&b)
+	enc.SetEscapeHTML(false)
+	if enc.Encode(secret) == nil {
+		forms = append(forms, strings.TrimSuffix(strings.TrimSpace(b.String()), `"`)[1:])
+	}
+	for _, t := range parsed {
+		var with, without bytes.Buffer
+		if t.Execute(&with, secret) != nil || t.Execute(&without, "") != nil {
+			continue
+		}
+		forms = append(forms, between(with.String(), without.String()))
+	}
+	out := forms[:0]
+	for _, f := range forms {
+		if f != "" && !slices.Contains(out, f) {
+			out = append(out, f)
+		}
+	}
+	return out
+}
+
+// between is what with holds in place of the empty value that gave
+// without: the text between their common prefix and suffix.
+func between(with, without string) string {
+	p := 0
+	for p < len(with) && p < len(without) && with[p] == without[p] {
+		p++
+	}
+	s := 0
+	for s < len(with)-p && s < len(without)-p && with[len(with)-1-s] == without[len(without)-1-s] {
+		s++
+	}
+	return with[p : len(with)-s]
 }
 
 // userinfo matches the password of a URL (scheme://user:password@).

@@ -1,9 +1,13 @@
 package redact
 
 import (
+	"bytes"
+	"encoding/json"
+	"html/template"
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"strings"
 	"testing"
 )
@@ -66,5 +70,55 @@ func TestWriterAndHandler(t *testing.T) {
 	resp.Body.Close()
 	if resp.StatusCode != http.StatusTeapot || string(body) != "x "+Mask+" y z" {
 		t.Errorf("handler: %d %q", resp.StatusCode, body)
+	}
+}
+
+// TestNoSurfaceFormShowsTheSecret: secrets holding + / = & < > ' " (a
+// base64 token, a passphrase) are blanked in every form a surface writes
+// them: the status page's html/template in each context (text, attribute,
+// script, URL: "+" is "&#43;", "\u002b", "%2b" there), JSON with and
+// without HTML escaping, URL query and path escaping, plain text.
+func TestNoSurfaceFormShowsTheSecret(t *testing.T) {
+	secrets := []string{"aGVsbG8+d29y/bGQ=", `pa+ss/wo=rd&<x>'q"`, "only+plus", `it's "quoted"`}
+	surfaces := map[string]func(s string) string{
+		"plain": func(s string) string { return "error: " + s },
+		"json": func(s string) string {
+			b, _ := json.Marshal(map[string]string{"error": s})
+			return string(b)
+		},
+		"json, no HTML escaping": func(s string) string {
+			var b bytes.Buffer
+			e := json.NewEncoder(&b)
+			e.SetEscapeHTML(false)
+			_ = e.Encode(map[string]string{"error": s})
+			return b.String()
+		},
+		"url query": func(s string) string { return "/?q=" + url.QueryEscape(s) },
+		"url path":  func(s string) string { return "/" + url.PathEscape(s) },
+	}
+	for _, c := range contexts {
+		tmpl := template.Must(template.New("").Parse("<p>error:</p>" + c))
+		surfaces["html/template "+c] = func(s string) string {
+			var b bytes.Buffer
+			if err := tmpl.Execute(&b, s); err != nil {
+				t.Fatal(err)
+			}
+			return b.String()
+		}
+	}
+	for _, secret := range secrets {
+		Add(secret)
+		for name, write := range surfaces {
+			raw := write(secret)
+			out := String(raw)
+			if !strings.Contains(out, Mask) {
+				t.Errorf("%s: secret %q written as %q is not blanked: %q", name, secret, raw, out)
+			}
+			for _, f := range Forms(secret) {
+				if len(f) >= 4 && strings.Contains(out, f) {
+					t.Errorf("%s: %q still shows %q", name, out, f)
+				}
+			}
+		}
 	}
 }
