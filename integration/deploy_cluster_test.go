@@ -138,7 +138,7 @@ spec:
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(role.Rules) != 5 {
+	if len(role.Rules) != 7 {
 		t.Errorf("Role rules %+v", role.Rules)
 	}
 	if _, err := c.Client.RbacV1().ClusterRoleBindings().Get(ctx, "tenant-worker-discovery", metav1.GetOptions{}); err != nil {
@@ -162,6 +162,10 @@ spec:
 		{"patch", "kustomize.toolkit.fluxcd.io", "kustomizations", "controlplane", false},
 		{"patch", "helm.toolkit.fluxcd.io", "helmreleases", "rd-prem-premium", false},
 		{"get", "", "secrets", "flux-system", false},
+		// The readiness record: that one ConfigMap, and no other.
+		{"update", "", "configmaps", "tenant-worker-readiness", true},
+		{"update", "", "configmaps", "saas-infra-outputs", false},
+		{"get", "", "configmaps", "saas-infra-outputs", false},
 	} {
 		if got := c.can(t, "system:serviceaccount:tenant-worker:"+sa.Name, tc.verb, tc.group, tc.resource, tc.name); got != tc.allowed {
 			t.Errorf("%s %s/%s %q: allowed %v, want %v", tc.verb, tc.group, tc.resource, tc.name, got, tc.allowed)
