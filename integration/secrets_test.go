@@ -2,6 +2,7 @@ package integration
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"regexp"
@@ -13,7 +14,13 @@ import (
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
+
+	"github.com/tenant-worker/tenant-worker/internal/redact/redacttest"
 )
+
+// hostilePassphrase holds the characters that escaping changes: a surface
+// that writes it as HTML, JSON, a script or a URL writes it changed.
+const hostilePassphrase = `correct+horse/battery=staple & <b>'s "key"`
 
 // liveMarkup matches markup that a browser would act on.
 var liveMarkup = regexp.MustCompile(`(?i)<\s*(script|img|iframe|svg|object|embed)\b`)
@@ -26,14 +33,16 @@ var liveMarkup = regexp.MustCompile(`(?i)<\s*(script|img|iframe|svg|object|embed
 // every surface: the log, the status page, /api/runs, /readyz, /metrics,
 // the result events, the dead-letter attributes and the CLI's output. None
 // may hold the token or the passphrase; the HTML ones no live markup; the
-// terminal ones no escape sequence. Each surface must also show the hostile
-// text it was given, blanked or escaped, so that the scan is not of empty
-// pages.
+// terminal ones no escape sequence. The passphrase holds + / = & < > ' ",
+// and a surface may not show it in any form a reader can decode (HTML,
+// JSON, script or URL escaping, up to three layers: package redacttest).
+// Each surface must also show the hostile text it was given, blanked or
+// escaped, so that the scan is not of empty pages.
 func TestNoSurfaceShowsSecrets(t *testing.T) {
 	h := newHarness(t, true)
 	resultsURL := h.withResults()
-	k := sshSigningKey(t)
-	secrets := []string{token, keyPassphrase}
+	k := sshSigningKeyWith(t, hostilePassphrase)
+	secrets := []string{token, hostilePassphrase}
 
 	// The forced git error: every receive-pack request is refused with a
 	// text naming the repository's URL with the token in it, until held
@@ -53,11 +62,18 @@ func TestNoSurfaceShowsSecrets(t *testing.T) {
 	p := h.startBinary("RESULTS_QUEUE="+resultsURL, "GIT_SIGNING_KEY_FILE="+k.file, "GIT_SIGNING_PASSPHRASE_FILE="+k.passFile)
 	h.httpAddr = p.addr(t)
 
+	passphraseJSON, err := json.Marshal(hostilePassphrase)
+	if err != nil {
+		t.Fatal(err)
+	}
 	hostile := []string{
 		`<script>alert("` + token + `")</script>`,
 		`{"tenant_id":"<img src=x onerror=alert(1)>` + token + `","tenant_tier":"premium","release_version":"0.0"}`,
-		`{"tenant_id":"t1","tenant_tier":"\u001b[31m` + keyPassphrase + `\u001b]0;pwned\u0007","release_version":"0.0"}`,
+		`{"tenant_id":"t1","tenant_tier":"\u001b[31m` + hostilePassphrase + `\u001b]0;pwned\u0007","release_version":"0.0"}`,
 		`{"tenant_id":"t2","tenant_tier":"premium","release_version":"0.0","` + token + `":"<svg onload=alert(1)>"}`,
+		// The passphrase escaped as JSON, in a body the status page and
+		// /api/runs escape once more.
+		`{"tenant_id":"t3","tenant_tier":"premium","release_version":` + string(passphraseJSON) + `}`,
 	}
 	for _, b := range hostile {
 		h.send(h.q.onboarding, b)
@@ -92,7 +108,7 @@ func TestNoSurfaceShowsSecrets(t *testing.T) {
 	h.cliEnv = []string{"GIT_SIGNING_KEY_FILE=" + k.file, "GIT_SIGNING_PASSPHRASE_FILE=" + k.passFile, "GIT_USERNAME=operator"}
 	out, errOut, _ := h.cli(resultsURL, "send", "onboarding", "--tenant-id", "<script>"+token+"\x1b[2J", "--tier", "premium", "--release", "0.0")
 	surfaces["CLI refusal"] = out + errOut
-	out, errOut, _ = h.cli(resultsURL, "send", "onboarding", "--tenant-id", "tenant-2", "--tier", "gold\x1b[31m"+keyPassphrase, "--release", "0.0", "--wait")
+	out, errOut, _ = h.cli(resultsURL, "send", "onboarding", "--tenant-id", "tenant-2", "--tier", "gold\x1b[31m"+hostilePassphrase, "--release", "0.0", "--wait")
 	surfaces["CLI send --wait"] = out + errOut
 	var operatorRefused atomic.Int32
 	h.git.SetHook(func(w http.ResponseWriter, r *http.Request) bool {
@@ -121,8 +137,9 @@ func TestNoSurfaceShowsSecrets(t *testing.T) {
 		if text == "" {
 			t.Errorf("%s: nothing read", name)
 		}
+		decoded := redacttest.Decodings(text)
 		for _, s := range secrets {
-			if strings.Contains(text, s) {
+			if _, ok := redacttest.Find(decoded, s); ok {
 				t.Errorf("%s shows a secret (%.12s…)", name, s)
 			}
 		}

@@ -71,12 +71,18 @@ func gpgKey(t *testing.T) signingKey {
 
 func sshSigningKey(t *testing.T) signingKey {
 	t.Helper()
+	return sshSigningKeyWith(t, keyPassphrase)
+}
+
+// sshSigningKeyWith is sshSigningKey with the given passphrase.
+func sshSigningKeyWith(t *testing.T, passphrase string) signingKey {
+	t.Helper()
 	dir := t.TempDir()
 	k := signingKey{file: filepath.Join(dir, "id_ed25519"), passFile: filepath.Join(dir, "passphrase")}
-	if out, err := exec.Command("ssh-keygen", "-q", "-t", "ed25519", "-C", "worker@example.com", "-N", keyPassphrase, "-f", k.file).CombinedOutput(); err != nil {
+	if out, err := exec.Command("ssh-keygen", "-q", "-t", "ed25519", "-C", "worker@example.com", "-N", passphrase, "-f", k.file).CombinedOutput(); err != nil {
 		t.Fatalf("ssh-keygen: %v\n%s (make test installs Debian's openssh-client)", err, out)
 	}
-	write(t, k.passFile, keyPassphrase+"\n")
+	write(t, k.passFile, passphrase+"\n")
 	pub, err := os.ReadFile(k.file + ".pub")
 	if err != nil {
 		t.Fatal(err)

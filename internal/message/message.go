@@ -14,6 +14,7 @@ import (
 	"strings"
 	"unicode/utf8"
 
+	"github.com/tenant-worker/tenant-worker/internal/redact"
 	"github.com/tenant-worker/tenant-worker/internal/reject"
 )
 
@@ -237,11 +238,13 @@ func ValidateVersion(v string) error {
 }
 
 // quote prints a value for a log line: quoted, escaped and cut short, so a
-// hostile value cannot forge log lines or flood them.
+// hostile value cannot forge log lines or flood them. Secrets are blanked
+// before the cut, which would leave part of one unrecognised.
 func quote(s string) string {
 	const max = 64
-	if len(s) > max {
-		return fmt.Sprintf("%q... (%d bytes)", s[:max], len(s))
+	n := len(s)
+	if s = redact.String(s); len(s) > max {
+		return fmt.Sprintf("%q... (%d bytes)", s[:max], n)
 	}
 	return fmt.Sprintf("%q", s)
 }

@@ -4,6 +4,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/tenant-worker/tenant-worker/internal/redact"
 	"github.com/tenant-worker/tenant-worker/internal/reject"
 )
 
@@ -155,4 +156,16 @@ func FuzzValidateTenantID(f *testing.F) {
 			t.Fatalf("error for %q is not a rejection: %v", id, err)
 		}
 	})
+}
+
+// TestRejectionCutsNoSecret: a value quoted in a rejection is cut short;
+// a secret the cut would split is blanked whole, not shown in part.
+func TestRejectionCutsNoSecret(t *testing.T) {
+	const secret = "tok-7f3a9c1e+never/print=me"
+	redact.Add(secret)
+	v := strings.Repeat("1.", 28) + secret
+	err := ValidateVersion(v)
+	if err == nil || strings.Contains(err.Error(), secret[:4]) || !strings.Contains(err.Error(), "[REDACT") {
+		t.Errorf("ValidateVersion(%q): %v: shows part of the secret", v, err)
+	}
 }

@@ -3,7 +3,9 @@
 // password in a URL are replaced on every surface: logs, the status page,
 // /api/runs, /readyz, result events, dead-letter attributes and CLI output.
 // Each surface passes what it emits through String, Bytes, Writer or
-// Handler; whoever reads a secret hands it to Add.
+// Handler; whoever reads a secret hands it to Add. Text cut short is
+// blanked before the cut (package clip does), or part of a secret would
+// be left that no form matches.
 //
 // The set of secrets is the process's: a secret read anywhere is blanked
 // everywhere, including by code that never saw it.
@@ -11,12 +13,8 @@ package redact
 
 import (
 	"bytes"
-	"encoding/json"
-	"html"
-	"html/template"
 	"io"
 	"net/http"
-	"net/url"
 	"regexp"
 	"slices"
 	"strings"
@@ -27,98 +25,61 @@ import (
 const Mask = "[REDACTED]"
 
 var (
-	mu      sync.RWMutex
-	secrets [][]byte // longest first, so a secret inside another is not cut
+	mu sync.RWMutex
+	// secrets are blanked longest first, so that a secret inside another
+	// does not cut it and leave the rest shown.
+	secrets []entry
 )
 
-// Add blanks secret, and the forms it takes once escaped for JSON, HTML or a
-// URL, from now on. Secrets shorter than 4 bytes are ignored: blanking them
-// would garble every text.
+// entry is one secret's forms, longest first, and its anchor: its longest
+// run of letters and digits, which no escaper changes, so that a text
+// without the anchor is passed over without a look for each form.
+type entry struct {
+	raw    string
+	anchor []byte
+	forms  [][]byte
+}
+
+// Add blanks secret from now on, in every form a surface may write it
+// (Forms: escaped for HTML, a script, a URL, JSON, a terminal, and escaped
+// once more). Secrets shorter than 4 bytes are ignored: blanking them would
+// garble every text.
 func Add(secret string) {
 	secret = strings.TrimSpace(secret)
 	if len(secret) < 4 {
 		return
 	}
-	forms := Forms(secret)
+	s := newEntry(secret)
 	mu.Lock()
 	defer mu.Unlock()
-next:
-	for _, f := range forms {
-		for _, s := range secrets {
-			if string(s) == f {
-				continue next
-			}
-		}
-		secrets = append(secrets, []byte(f))
+	if slices.ContainsFunc(secrets, func(o entry) bool { return o.raw == secret }) {
+		return
 	}
-	for i := 1; i < len(secrets); i++ {
-		for j := i; j > 0 && len(secrets[j]) > len(secrets[j-1]); j-- {
-			secrets[j], secrets[j-1] = secrets[j-1], secrets[j]
-		}
-	}
+	i, _ := slices.BinarySearchFunc(secrets, s, func(a, b entry) int { return len(b.raw) - len(a.raw) })
+	secrets = slices.Insert(secrets, i, s)
 }
 
-// contexts are the places a surface's html/template puts a value: text,
-// attributes quoted and not, a script's string and value, a URL's query and
-// whole. Each escapes differently ("+" is "&#43;" in text, "\u002b" in a
-// script, "%2b" in a URL).
-var contexts = []string{
-	`{{.}}`, `<a title="{{.}}">`, `<a title={{.}}>`, `<script>var s = "{{.}}"</script>`,
-	`<script>var s = {{.}}</script>`, `<a href="/x?q={{.}}">`, `<a href="{{.}}">`, `<a href="/{{.}}">`,
-}
-
-var parsed = func() []*template.Template {
-	var ts []*template.Template
-	for _, c := range contexts {
-		ts = append(ts, template.Must(template.New("").Parse(c)))
+func newEntry(raw string) entry {
+	s := entry{raw: raw}
+	for _, f := range Forms(raw) {
+		s.forms = append(s.forms, []byte(f))
 	}
-	return ts
-}()
-
-// Forms returns secret as every surface can write it: as is, escaped by
-// html.EscapeString, by html/template in each context, for a JavaScript
-// string, for a URL's query and path, and for JSON (with and without HTML
-// escaping).
-func Forms(secret string) []string {
-	forms := []string{secret, html.EscapeString(secret), template.HTMLEscapeString(secret),
-		template.JSEscapeString(secret), url.QueryEscape(secret), url.PathEscape(secret)}
-	if b, err := json.Marshal(secret); err == nil {
-		forms = append(forms, string(b[1:len(b)-1]))
-	}
-	var b bytes.Buffer
-	enc := json.NewEncoder(&b)
-	enc.SetEscapeHTML(false)
-	if enc.Encode(secret) == nil {
-		forms = append(forms, strings.TrimSuffix(strings.TrimSpace(b.String()), `"`)[1:])
-	}
-	for _, t := range parsed {
-		var with, without bytes.Buffer
-		if t.Execute(&with, secret) != nil || t.Execute(&without, "") != nil {
-			continue
-		}
-		forms = append(forms, between(with.String(), without.String()))
-	}
-	out := forms[:0]
-	for _, f := range forms {
-		if f != "" && !slices.Contains(out, f) {
-			out = append(out, f)
+	slices.SortStableFunc(s.forms, func(a, b []byte) int { return len(b) - len(a) })
+	for _, run := range strings.FieldsFunc(raw, func(r rune) bool { return !isAlnum(r) }) {
+		if len(run) > len(s.anchor) {
+			s.anchor = []byte(run)
 		}
 	}
-	return out
+	for _, f := range s.forms {
+		if !bytes.Contains(f, s.anchor) {
+			s.anchor = nil // no shortcut: look for every form
+		}
+	}
+	return s
 }
 
-// between is what with holds in place of the empty value that gave
-// without: the text between their common prefix and suffix.
-func between(with, without string) string {
-	p := 0
-	for p < len(with) && p < len(without) && with[p] == without[p] {
-		p++
-	}
-	s := 0
-	for s < len(with)-p && s < len(without)-p && with[len(with)-1-s] == without[len(without)-1-s] {
-		s++
-	}
-	return with[p : len(with)-s]
+func isAlnum(r rune) bool {
+	return r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9'
 }
 
 // userinfo matches the password of a URL (scheme://user:password@).
@@ -129,8 +90,13 @@ var userinfo = regexp.MustCompile(`([a-zA-Z][a-zA-Z0-9+.-]*://[^/\s@:"'<>]*):[^/
 func Bytes(b []byte) []byte {
 	mu.RLock()
 	for _, s := range secrets {
-		if bytes.Contains(b, s) {
-			b = bytes.ReplaceAll(b, s, []byte(Mask))
+		if !bytes.Contains(b, s.anchor) {
+			continue
+		}
+		for _, f := range s.forms {
+			if bytes.Contains(b, f) {
+				b = bytes.ReplaceAll(b, f, []byte(Mask))
+			}
 		}
 	}
 	mu.RUnlock()
