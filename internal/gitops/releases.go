@@ -68,6 +68,21 @@ func (l Layout) Touches(files map[string][]byte) bool {
 	return false
 }
 
+// AppliedDirs lists the folders Flux applies (tenants, pooled-envs) that
+// the changed paths touch, in that order.
+func (l Layout) AppliedDirs(changed []string) []string {
+	var out []string
+	for _, dir := range []string{l.TenantsDir(), l.PooledEnvsDir()} {
+		for _, p := range changed {
+			if strings.HasPrefix(p, dir+"/") {
+				out = append(out, dir)
+				break
+			}
+		}
+	}
+	return out
+}
+
 // appliedByFlux reports whether p is a manifest of a folder Flux applies.
 func (l Layout) appliedByFlux(p string) bool {
 	if !strings.HasSuffix(p, ".yaml") || path.Base(p) == "kustomization.yaml" {

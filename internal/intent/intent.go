@@ -122,10 +122,7 @@ func NewChecker(layout gitops.Layout) *Checker {
 // the changed paths touch, with what req asks.
 func (c *Checker) Check(before, after Source, req message.Request, changed []string) error {
 	var all Error
-	for _, dir := range []string{c.layout.TenantsDir(), c.layout.PooledEnvsDir()} {
-		if !touches(changed, dir) {
-			continue
-		}
+	for _, dir := range c.layout.AppliedDirs(changed) {
 		deltas, built, err := c.diff(before, after, dir, changed)
 		if errors.Is(err, errNotBuilt) {
 			continue
@@ -148,15 +145,6 @@ func (c *Checker) Check(before, after Source, req message.Request, changed []str
 		return nil
 	}
 	return &all
-}
-
-func touches(changed []string, dir string) bool {
-	for _, p := range changed {
-		if strings.HasPrefix(p, dir+"/") {
-			return true
-		}
-	}
-	return false
 }
 
 // delta is a Delta with what the rules need to judge it.

@@ -392,16 +392,13 @@ func parse(lines []string) (block, error) {
 // irregular fills in the values of a list the line editor does not edit in
 // place, as the YAML parser reads them.
 func irregular(lines []string, b block) (block, error) {
-	values, err := yamlResources([]byte(strings.Join(lines, "")))
+	values, err := Listed([]byte(strings.Join(lines, "")))
 	if err != nil {
 		return b, fmt.Errorf("resources list: %w", err)
 	}
 	b.values = values
 	return b, nil
 }
-
-// yamlResources reads the resources list as kustomize does, as paths.
-func yamlResources(content []byte) ([]string, error) { return Listed(content) }
 
 // rewrite replaces the lines of an irregular list (b.key to b.end) with the
 // same entries in block style, keeping every other line and the comment of
@@ -424,7 +421,7 @@ func rewrite(lines []string, b block) ([]byte, error) {
 		sb.WriteString(l)
 	}
 	out := []byte(sb.String())
-	if got, err := yamlResources(out); err != nil || !slices.Equal(got, b.values) {
+	if got, err := Listed(out); err != nil || !slices.Equal(got, b.values) {
 		return nil, fmt.Errorf("rewriting the resources list in block style would change it (%v): %v", got, err)
 	}
 	return out, nil
@@ -517,7 +514,7 @@ func (h *hashSet) add(sum [32]byte) {
 // verify re-reads the edited file as YAML, so a bug in the text editing can
 // never write a kustomization that means something other than intended.
 func verify(content []byte, want []string) error {
-	got, err := yamlResources(content)
+	got, err := Listed(content)
 	if err != nil {
 		return fmt.Errorf("edited kustomization does not parse: %w", err)
 	}

@@ -128,7 +128,7 @@ func TestForms(t *testing.T) {
 		"quoted key, comment after": head + "\"resources\": # the list\n  - dummy-configmap.yaml\n  - t1.yaml\n\n# keep me too\nnamePrefix: x-\n",
 	} {
 		t.Run(name, func(t *testing.T) {
-			before, err := yamlResources([]byte(content))
+			before, err := Listed([]byte(content))
 			if err != nil {
 				t.Fatalf("the form itself does not parse: %v", err)
 			}
@@ -138,7 +138,7 @@ func TestForms(t *testing.T) {
 			}
 			check := func(op string, out []byte, want []string) {
 				t.Helper()
-				after, err := yamlResources(out)
+				after, err := Listed(out)
 				if err != nil || !slices.Equal(after, want) {
 					t.Fatalf("%s: lists %v (%v), want %v:\n%s", op, after, err, want, out)
 				}

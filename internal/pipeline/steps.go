@@ -63,12 +63,13 @@ func (b *batch) applyJob(ctx context.Context, i int) {
 		return
 	}
 
+	after, err := b.p.repo.Snapshot(commit)
+	if err != nil {
+		res.Err = fmt.Errorf("open commit %s: %w", commit, err)
+		return
+	}
+	paths := plan.Paths()
 	err = b.timed(StepValidate, func() error {
-		after, err := b.p.repo.Snapshot(commit)
-		if err != nil {
-			return fmt.Errorf("open commit %s: %w", commit, err)
-		}
-		paths := plan.Paths()
 		if err := b.p.checker.CheckFiles(after, paths); err != nil {
 			return b.blame(before, job, err)
 		}
@@ -90,11 +91,7 @@ func (b *batch) applyJob(ctx context.Context, i int) {
 		// What Flux would apply must change as the message asks, and in
 		// nothing else: checked for every job, on the commit it makes.
 		err = b.timed(StepIntent, func() error {
-			after, err := b.p.repo.Snapshot(commit)
-			if err != nil {
-				return fmt.Errorf("open commit %s: %w", commit, err)
-			}
-			if err := b.p.intent.Check(before, after, job.Request, plan.Paths()); err != nil {
+			if err := b.p.intent.Check(before, after, job.Request, paths); err != nil {
 				return b.unintended(before, job, err)
 			}
 			return nil
@@ -120,66 +117,69 @@ func (b *batch) applyJob(ctx context.Context, i int) {
 // template, the branch), retried until someone fixes them; only what is
 // the message's own is rejected.
 func (b *batch) blame(before *gitrepo.Snapshot, job Job, err error) error {
-	broken := fmt.Errorf("%w: no message of this kind and tier can pass: %v", gitops.ErrBroken, err)
-	if job.Request.Kind != message.Onboarding || job.Request.TenantID == message.ProbeTenant {
-		return broken
-	}
-	probe := job.Request
-	probe.TenantID = message.ProbeTenant
-	change, perr := b.p.opts.Layout.Plan(before, probe)
-	if perr != nil {
-		return broken
-	}
-	if !change.Empty() {
-		c, cerr := b.p.repo.Commit(before.Commit, change.Files, "probe\n")
-		if cerr != nil {
-			return fmt.Errorf("commit the stand-in change: %w", cerr)
-		}
-		snap, serr := b.p.repo.Snapshot(c)
-		if serr != nil {
-			return fmt.Errorf("open the stand-in change: %w", serr)
-		}
-		if b.p.checker.Check(snap, change.Paths()) != nil {
-			return broken
-		}
+	own, serr := b.standInPasses(before, job, func(_ message.Request, snap *gitrepo.Snapshot, paths []string) error {
+		return b.p.checker.Check(snap, paths)
+	})
+	switch {
+	case serr != nil:
+		return serr
+	case !own:
+		return fmt.Errorf("%w: no message of this kind and tier can pass: %v", gitops.ErrBroken, err)
 	}
 	return reject.Wrap(reject.InvalidRender, fmt.Errorf("the change would break what Flux applies: %w", err))
 }
 
 // unintended says whose fault a change that does more than its message
-// asks (err) is. Only an onboarding carries a value of its own into the
-// files; when a stand-in tenant of the same tier gets a change that is
-// just as unintended, or the message is of another kind, the repository is
-// what is odd (a kustomization in a form nobody foresaw, a template that
-// touches what it should not): the worker pauses and names the files.
+// asks (err) is, as blame does: when a stand-in tenant of the same tier
+// gets a change that is just as unintended, or the message is not an
+// onboarding, the repository is what is odd (a kustomization in a form
+// nobody foresaw, a template that touches what it should not): the worker
+// pauses and names the files.
 func (b *batch) unintended(before *gitrepo.Snapshot, job Job, err error) error {
 	e, ok := intent.As(err)
 	if !ok {
 		return err // the check could not run: retried
 	}
-	broken := fmt.Errorf("%w: %s %s %s: %v (files: %s)", gitops.ErrBroken, reject.UnintendedChange,
-		job.Request.Kind, job.Request.TenantID, e, strings.Join(e.Files(), ", "))
+	own, serr := b.standInPasses(before, job, func(probe message.Request, snap *gitrepo.Snapshot, paths []string) error {
+		return b.p.intent.Check(before, snap, probe, paths)
+	})
+	switch {
+	case serr != nil:
+		return serr
+	case !own:
+		return fmt.Errorf("%w: %s %s %s: %v (files: %s)", gitops.ErrBroken, reject.UnintendedChange,
+			job.Request.Kind, job.Request.TenantID, e, strings.Join(e.Files(), ", "))
+	}
+	return reject.Wrap(reject.UnintendedChange, err)
+}
+
+// standInPasses tells whether the fault check found in job's change is the
+// message's own: job is an onboarding, and the same onboarding of a
+// stand-in tenant (message.ProbeTenant) passes check on before. A stand-in
+// that changes nothing passes. The error is one of the stand-in's commit.
+func (b *batch) standInPasses(before *gitrepo.Snapshot, job Job,
+	check func(probe message.Request, after *gitrepo.Snapshot, paths []string) error) (bool, error) {
 	if job.Request.Kind != message.Onboarding || job.Request.TenantID == message.ProbeTenant {
-		return broken
+		return false, nil
 	}
 	probe := job.Request
 	probe.TenantID = message.ProbeTenant
-	change, perr := b.p.opts.Layout.Plan(before, probe)
-	if perr != nil || change.Empty() {
-		return broken
+	change, err := b.p.opts.Layout.Plan(before, probe)
+	if err != nil {
+		return false, nil
 	}
-	c, cerr := b.p.repo.Commit(before.Commit, change.Files, "probe\n")
-	if cerr != nil {
-		return fmt.Errorf("commit the stand-in change: %w", cerr)
+	if change.Empty() {
+		return true, nil
 	}
-	snap, serr := b.p.repo.Snapshot(c)
-	if serr != nil {
-		return fmt.Errorf("open the stand-in change: %w", serr)
+	c, err := b.p.repo.Commit(before.Commit, change.Files, "probe\n")
+	if err != nil {
+		return false, fmt.Errorf("commit the stand-in change: %w", err)
 	}
-	if b.p.intent.Check(before, snap, probe, change.Paths()) != nil {
-		return broken
+	snap, err := b.p.repo.Snapshot(c)
+	if err != nil {
+		return false, fmt.Errorf("open the stand-in change: %w", err)
 	}
-	return reject.Wrap(reject.UnintendedChange, err)
+	return check(probe, snap, change.Paths()) == nil, nil
 }
 
 // checkTip builds the kustomizations the batch touched, once, on its last

@@ -98,10 +98,8 @@ func releaseFields(rendered []byte) ([]field, error) {
 					}
 				}
 			case yaml.SequenceNode:
-				for _, c := range n.Content {
-					if strings.Contains(nodeText(c), releaseSentinel) {
-						return fmt.Errorf("the release is set inside a list (%s), which a deployment does not edit", strings.Join(at, "."))
-					}
+				if holds(n, releaseSentinel) {
+					return fmt.Errorf("the release is set inside a list (%s), which a deployment does not edit", strings.Join(at, "."))
 				}
 			case yaml.ScalarNode:
 				if strings.Contains(n.Value, releaseSentinel) {
@@ -117,10 +115,17 @@ func releaseFields(rendered []byte) ([]field, error) {
 	return out, nil
 }
 
-func nodeText(n *yaml.Node) string {
-	var b bytes.Buffer
-	_ = yaml.NewEncoder(&b).Encode(n)
-	return b.String()
+// holds reports whether a scalar below n contains text.
+func holds(n *yaml.Node, text string) bool {
+	if n.Kind == yaml.ScalarNode {
+		return strings.Contains(n.Value, text)
+	}
+	for _, c := range n.Content {
+		if holds(c, text) {
+			return true
+		}
+	}
+	return false
 }
 
 // documents parses a YAML stream into the root mapping of each document.

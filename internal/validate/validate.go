@@ -67,10 +67,8 @@ func (c *Checker) Check(src Source, changed []string) error {
 // touches (paths relative to the repository root).
 func (c *Checker) CheckDirs(src Source, changed []string) error {
 	var errs []error
-	for _, dir := range []string{c.layout.TenantsDir(), c.layout.PooledEnvsDir()} {
-		if touches(changed, dir) {
-			errs = append(errs, c.build(src, dir, changed))
-		}
+	for _, dir := range c.layout.AppliedDirs(changed) {
+		errs = append(errs, c.build(src, dir, changed))
 	}
 	return errors.Join(errs...)
 }
@@ -140,15 +138,6 @@ func (c *Checker) buildUncached(src Source, dir string, changed []string) error 
 		}
 	}
 	return Build(src, dir)
-}
-
-func touches(changed []string, dir string) bool {
-	for _, p := range changed {
-		if strings.HasPrefix(p, dir+"/") {
-			return true
-		}
-	}
-	return false
 }
 
 // Build runs `kustomize build dir` in memory over the files below dir.
