@@ -12,13 +12,13 @@
 package ledger
 
 import (
-	"bufio"
 	"bytes"
 	"fmt"
 	"maps"
 	"slices"
 	"strconv"
 	"strings"
+	"unicode/utf8"
 )
 
 // Files, relative to the layout's root.
@@ -53,7 +53,9 @@ type Record struct {
 func Parse(targets, messages []byte) (*Ledger, error) {
 	l := &Ledger{targets: map[string]Record{}, messages: map[string]int64{}}
 	if err := each(targets, func(key string, ms int64, value string) {
-		l.targets[key] = Record{MS: ms, Value: value}
+		// Two lines may name one target in its two forms (see canonical):
+		// the newer record is the one that counts, as Set decides.
+		l.Set(canonical(key), ms, value)
 	}); err != nil {
 		return nil, fmt.Errorf("%s: %w", TargetsFile, err)
 	}
@@ -69,17 +71,20 @@ func Parse(targets, messages []byte) (*Ledger, error) {
 }
 
 // each calls fn for every "key ms [value]" line of b, skipping comments.
-// Keys and values hold no spaces (tenant ids, file names, message ids and
-// release versions are checked before they get here).
+// Keys and values hold no ASCII blanks (names are escaped; message ids and
+// release versions are checked before they get here). Only those separate
+// fields, never Unicode white space as strings.Fields would: a name kept
+// as it is may hold U+00A0, U+0085, U+2028, U+3000 or invalid UTF-8, and
+// must stay one field. Lines have no length limit.
 func each(b []byte, fn func(key string, ms int64, value string)) error {
-	sc := bufio.NewScanner(bytes.NewReader(b))
-	sc.Buffer(nil, 1<<20)
-	for n := 1; sc.Scan(); n++ {
-		line := strings.TrimSpace(sc.Text())
+	for n := 1; len(b) > 0; n++ {
+		var raw []byte
+		raw, b, _ = bytes.Cut(b, []byte("\n"))
+		line := strings.Trim(string(raw), blanks)
 		if line == "" || strings.HasPrefix(line, "#") {
 			continue
 		}
-		f := strings.Fields(line)
+		f := strings.FieldsFunc(line, isBlank)
 		if len(f) < 2 || len(f) > 3 {
 			return fmt.Errorf("line %d: want \"<key> <unix ms> [value]\", got %q", n, line)
 		}
@@ -93,8 +98,14 @@ func each(b []byte, fn func(key string, ms int64, value string)) error {
 		}
 		fn(f[0], ms, value)
 	}
-	return sc.Err()
+	return nil
 }
+
+// blanks are the ASCII white space bytes, all of which escape() writes as
+// %XX, so none is ever part of a name.
+const blanks = " \t\n\v\f\r"
+
+func isBlank(r rune) bool { return r < utf8.RuneSelf && strings.ContainsRune(blanks, r) }
 
 // The targets. A tenant's existence (onboarding, offboarding) and its
 // release (onboarding, deployment) are kept apart, so that a deployment of
@@ -115,9 +126,11 @@ func Env(name string) string { return "env/" + escape(name) }
 // message sent before it takes.
 func Tier(name string) string { return "tier/" + escape(name) }
 
-// escape keeps a name to one field of a line: blanks, control bytes and
-// "%" are written as %XX (names without them are kept as they are, so the
-// files written before stay valid).
+// escape keeps a name to one field of a line: ASCII blanks and control
+// bytes, "%" and DEL are written as %XX; every other byte, Unicode white
+// space and invalid UTF-8 among them, is kept as it is (each splits fields
+// at ASCII blanks only). Names without such bytes are kept as they are, so
+// the files written before stay valid; see canonical for the others.
 func escape(name string) string {
 	if !strings.ContainsFunc(name, needsEscape) {
 		return name
@@ -134,6 +147,60 @@ func escape(name string) string {
 }
 
 func needsEscape(r rune) bool { return r <= ' ' || r == '%' || r == 0x7f }
+
+// canonical is the key that Tenant, Env and the other key functions give
+// for the name a key read from the targets file holds (their prefixes,
+// "env/" and the like, hold nothing escape() changes, so the whole key can
+// be escaped at once).
+//
+// Files written before escaping was added hold names as they were: "%",
+// control bytes and DEL included ("env/pool%1" for pool%1.yaml, where Env
+// now gives "env/pool%251"). Such a record must still be found, or a late
+// message is no longer stale. So unescape reads back exactly what escape()
+// writes and takes any other byte as itself, and the key is escaped again;
+// the next write gives the line its current form.
+//
+// The rule for the one ambiguous case: an old name that itself held a
+// sequence escape() writes ("%20", "%25", "%0A", "%7F": "%" and two
+// upper-case hex digits of a byte escape() escapes) is read as escaped
+// ("env/pool%20a" is pool a, not pool%20a), because files the current
+// version writes must read back exactly, and that version is the only one
+// that could write a blank at all. Any other "%" ("%1", "%zz", "%41",
+// "%0a") was never written by escape() and is read as itself.
+func canonical(key string) string { return escape(unescape(key)) }
+
+// unescape is the inverse of escape: unescape(escape(s)) == s for every
+// byte string s. It also accepts what escape() never writes (see canonical).
+func unescape(s string) string {
+	if !strings.Contains(s, "%") {
+		return s
+	}
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		if c, ok := escaped(s[i:]); ok {
+			b.WriteByte(c)
+			i += 2
+		} else {
+			b.WriteByte(s[i])
+		}
+	}
+	return b.String()
+}
+
+// escaped reports whether s starts with what escape() writes for a byte,
+// and which byte.
+func escaped(s string) (byte, bool) {
+	const hex = "0123456789ABCDEF" // escape() writes %02X
+	if len(s) < 3 || s[0] != '%' {
+		return 0, false
+	}
+	hi, lo := strings.IndexByte(hex, s[1]), strings.IndexByte(hex, s[2])
+	if hi < 0 || lo < 0 {
+		return 0, false
+	}
+	c := byte(hi<<4 | lo)
+	return c, needsEscape(rune(c))
+}
 
 // Get returns target's record.
 func (l *Ledger) Get(target string) (Record, bool) {
@@ -218,3 +285,7 @@ func (l *Ledger) Files() (targets, messages []byte) {
 	}
 	return t.Bytes(), m.Bytes()
 }
+
+// Held is an onboarding held until the offboarding that moves the tenant
+// out of its current tier arrives: "tier:release" of the onboarding.
+func Held(id string) string { return "held/" + escape(id) }

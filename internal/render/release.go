@@ -14,6 +14,13 @@ import (
 // release, so a deployment cannot tell what to change in it.
 var ErrNoReleaseField = errors.New("no release field where the template sets one")
 
+// ErrNotInPlace: the file has the object the template names, but its
+// release value cannot be set in place alone: it is shared through an
+// anchor, the object or the key is there twice, the value comes from a
+// merge key or an alias, is a block scalar. A deployment leaves the file
+// to a person rather than change what the message does not name.
+var ErrNotInPlace = errors.New("the release cannot be set in place")
+
 // releaseSentinel stands for the release while the template is read.
 const releaseSentinel = "7070707.7070707"
 
@@ -21,7 +28,9 @@ const releaseSentinel = "7070707.7070707"
 // from {RELEASE_VERSION} (the chart version), to what v renders them as.
 // Every other byte stays: hand edits, fields the template gained or lost
 // since the file was written, the values Flux image automation owns. A
-// deployment does what its message names and nothing else.
+// deployment does what its message names and nothing else: the result,
+// parsed, differs from current only at those values of the objects the
+// template names (by kind, namespace and name), or SetRelease fails.
 func SetRelease(current, tmpl []byte, v Vars) ([]byte, error) {
 	release := v.ReleaseVersion
 	v.ReleaseVersion = releaseSentinel
@@ -36,58 +45,85 @@ func SetRelease(current, tmpl []byte, v Vars) ([]byte, error) {
 	if len(fields) == 0 {
 		return current, nil
 	}
-	docs, err := documents(current)
+	before, err := parse(current)
 	if err != nil {
 		return nil, err
 	}
 	lines := strings.SplitAfter(string(current), "\n")
+	var edits []edit
+	wants := map[*yaml.Node]string{}
 	for _, f := range fields {
-		doc := find(docs, f.kind, f.name)
-		if doc == nil {
-			return nil, fmt.Errorf("%w: no %s %s", ErrNoReleaseField, f.kind, f.name)
+		at := strings.Join(f.path, ".")
+		doc, err := find(before, f.obj)
+		if err != nil {
+			return nil, err
 		}
-		n := lookup(doc, f.path)
-		if n == nil || n.Kind != yaml.ScalarNode {
-			return nil, fmt.Errorf("%w: %s %s has no %s", ErrNoReleaseField, f.kind, f.name, strings.Join(f.path, "."))
+		chain, err := locate(doc, f.path)
+		if err != nil {
+			return nil, fmt.Errorf("%s %s: %w", f.obj, at, err)
 		}
+		n := chain[len(chain)-1]
 		want := strings.ReplaceAll(f.value, releaseSentinel, release)
 		if n.Value == want {
 			continue
 		}
-		if err := replaceScalar(lines, n, want); err != nil {
-			return nil, fmt.Errorf("%s %s %s: %w", f.kind, f.name, strings.Join(f.path, "."), err)
+		if err := unshared(before, chain, f.path); err != nil {
+			return nil, fmt.Errorf("%s %s: %w", f.obj, at, err)
 		}
-	}
-	out := []byte(strings.Join(lines, ""))
-	// What was written must read back as meant, in the same documents.
-	after, err := documents(out)
-	if err != nil || len(after) != len(docs) {
-		return nil, fmt.Errorf("setting the release would break the file: %v", err)
-	}
-	for _, f := range fields {
-		n := lookup(find(after, f.kind, f.name), f.path)
-		if want := strings.ReplaceAll(f.value, releaseSentinel, release); n == nil || n.Value != want {
-			return nil, fmt.Errorf("setting the release of %s %s did not give %q", f.kind, f.name, want)
+		e, err := replace(lines, n, want)
+		if err != nil {
+			return nil, fmt.Errorf("%s %s: %w", f.obj, at, err)
 		}
+		edits = append(edits, e)
+		wants[n] = want
+	}
+	if len(edits) == 0 {
+		return current, nil
+	}
+	out := apply(lines, edits)
+	// What was written must read back as current does, but for the values
+	// set: a check that does not trust the reasoning above.
+	after, err := parse(out)
+	if err != nil {
+		return nil, fmt.Errorf("%w: the result would not parse: %v", ErrNotInPlace, err)
+	}
+	if err := sameExcept(before, after, wants); err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrNotInPlace, err)
 	}
 	return out, nil
 }
 
+// object names a Kubernetes object the way a kustomization tells them
+// apart: two with the same name in different namespaces are different.
+type object struct{ kind, namespace, name string }
+
+func (o object) String() string {
+	name := o.name
+	if o.namespace != "" {
+		name = o.namespace + "/" + name
+	}
+	return strings.TrimSpace(o.kind + " " + name)
+}
+
 // field is a value the template sets from the release.
 type field struct {
-	kind, name string   // the object it is in
-	path       []string // keys from the document's root
-	value      string   // with the sentinel for the release
+	obj   object   // the object it is in, as the template renders it
+	path  []string // keys from the document's root
+	value string   // with the sentinel for the release
 }
 
 func releaseFields(rendered []byte) ([]field, error) {
-	docs, err := documents(rendered)
+	docs, err := parse(rendered)
 	if err != nil {
 		return nil, err
 	}
 	var out []field
 	for _, d := range docs {
-		kind, name := identity(d)
+		root := rootMapping(d)
+		if root == nil {
+			continue
+		}
+		obj := identity(root)
 		var walk func(n *yaml.Node, at []string) error
 		walk = func(n *yaml.Node, at []string) error {
 			switch n.Kind {
@@ -103,12 +139,12 @@ func releaseFields(rendered []byte) ([]field, error) {
 				}
 			case yaml.ScalarNode:
 				if strings.Contains(n.Value, releaseSentinel) {
-					out = append(out, field{kind, name, at, n.Value})
+					out = append(out, field{obj, at, n.Value})
 				}
 			}
 			return nil
 		}
-		if err := walk(d, nil); err != nil {
+		if err := walk(root, nil); err != nil {
 			return nil, err
 		}
 	}
@@ -128,113 +164,80 @@ func holds(n *yaml.Node, text string) bool {
 	return false
 }
 
-// documents parses a YAML stream into the root mapping of each document.
-func documents(content []byte) ([]*yaml.Node, error) {
+// parse reads every document of a YAML stream.
+func parse(content []byte) ([]*yaml.Node, error) {
 	dec := yaml.NewDecoder(bytes.NewReader(content))
 	var out []*yaml.Node
 	for {
-		var d yaml.Node
-		err := dec.Decode(&d)
+		d := new(yaml.Node)
+		err := dec.Decode(d)
 		if errors.Is(err, io.EOF) {
 			return out, nil
 		}
 		if err != nil {
 			return nil, err
 		}
-		if len(d.Content) > 0 && d.Content[0].Kind == yaml.MappingNode {
-			out = append(out, d.Content[0])
-		}
+		out = append(out, d)
 	}
 }
 
-func identity(doc *yaml.Node) (kind, name string) {
-	if n := lookup(doc, []string{"kind"}); n != nil {
-		kind = n.Value
-	}
-	if n := lookup(doc, []string{"metadata", "name"}); n != nil {
-		name = n.Value
-	}
-	return kind, name
-}
-
-func find(docs []*yaml.Node, kind, name string) *yaml.Node {
-	for _, d := range docs {
-		if k, n := identity(d); k == kind && n == name {
-			return d
-		}
+// rootMapping is the mapping at the root of document d, or nil.
+func rootMapping(d *yaml.Node) *yaml.Node {
+	if len(d.Content) > 0 && d.Content[0].Kind == yaml.MappingNode {
+		return d.Content[0]
 	}
 	return nil
 }
 
-func lookup(n *yaml.Node, path []string) *yaml.Node {
-	if n == nil {
-		return nil
+func identity(root *yaml.Node) object {
+	return object{
+		kind:      get(root, "kind"),
+		namespace: get(root, "metadata", "namespace"),
+		name:      get(root, "metadata", "name"),
 	}
+}
+
+// find is the root of the one document in docs that is obj.
+func find(docs []*yaml.Node, obj object) (*yaml.Node, error) {
+	var found []*yaml.Node
+	for _, d := range docs {
+		if root := rootMapping(d); root != nil && identity(root) == obj {
+			found = append(found, root)
+		}
+	}
+	switch len(found) {
+	case 0:
+		return nil, fmt.Errorf("%w: no %s", ErrNoReleaseField, obj)
+	case 1:
+		return found[0], nil
+	}
+	return nil, fmt.Errorf("%w: %s is in the file %d times (lines %d and %d)", ErrNotInPlace, obj, len(found), found[0].Line, found[1].Line)
+}
+
+// get reads the scalar at path, through aliases (reading is safe), or "".
+func get(n *yaml.Node, path ...string) string {
 	for _, key := range path {
-		if n.Kind != yaml.MappingNode {
-			return nil
+		n = resolve(n)
+		if n == nil || n.Kind != yaml.MappingNode {
+			return ""
 		}
 		var next *yaml.Node
 		for i := 0; i+1 < len(n.Content); i += 2 {
-			if n.Content[i].Value == key {
+			if k := resolve(n.Content[i]); k != nil && k.Kind == yaml.ScalarNode && k.Value == key {
 				next = n.Content[i+1]
 			}
 		}
-		if next == nil {
-			return nil
-		}
 		n = next
 	}
-	return n
+	if n = resolve(n); n == nil || n.Kind != yaml.ScalarNode {
+		return ""
+	}
+	return n.Value
 }
 
-// replaceScalar writes want in place of the one-line scalar n, in the
-// quoting n has.
-func replaceScalar(lines []string, n *yaml.Node, want string) error {
-	if n.Line < 1 || n.Line > len(lines) {
-		return errors.New("value outside the file")
+func resolve(n *yaml.Node) *yaml.Node {
+	for i := 0; n != nil && n.Kind == yaml.AliasNode && i < 100; i++ {
+		n = n.Alias
 	}
-	line := []rune(lines[n.Line-1])
-	start := n.Column - 1
-	if start < 0 || start >= len(line) {
-		return errors.New("value outside its line")
-	}
-	var end int
-	var text string
-	switch n.Style {
-	case yaml.DoubleQuotedStyle, yaml.SingleQuotedStyle:
-		q := line[start]
-		end = start + 1
-		for end < len(line) && line[end] != q {
-			if q == '"' && line[end] == '\\' {
-				end++
-			}
-			end++
-		}
-		if end >= len(line) {
-			return errors.New("a quoted value over several lines")
-		}
-		end++
-		text = string(q) + want + string(q)
-	case 0, yaml.TaggedStyle:
-		end = start
-		for end < len(line) && line[end] != '\n' && line[end] != '\r' &&
-			!(line[end] == '#' && end > start && (line[end-1] == ' ' || line[end-1] == '\t')) {
-			end++
-		}
-		for end > start && (line[end-1] == ' ' || line[end-1] == '\t') {
-			end--
-		}
-		if string(line[start:end]) != n.Value {
-			return errors.New("a plain value over several lines")
-		}
-		text = want
-		if strings.ContainsAny(want, ":#{}[],&*!|>'\"%@`") {
-			text = `"` + want + `"`
-		}
-	default:
-		return errors.New("a block scalar")
-	}
-	lines[n.Line-1] = string(line[:start]) + text + string(line[end:])
-	return nil
+	return n
 }

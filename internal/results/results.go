@@ -173,7 +173,12 @@ func Wait(ctx context.Context, api Receiver, url, messageID string, accept func(
 		}
 		if len(others) > 0 {
 			// Best effort: if this fails they come back after 30 s anyway.
-			_, _ = api.ChangeMessageVisibilityBatch(ctx, &sqs.ChangeMessageVisibilityBatchInput{QueueUrl: aws.String(url), Entries: others})
+			// Other clients' events are given back even when this wait was
+			// just cancelled (Ctrl-C as they arrived): not with ctx, which
+			// would fail at once and hide them for 30 s.
+			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+			_, _ = api.ChangeMessageVisibilityBatch(rctx, &sqs.ChangeMessageVisibilityBatchInput{QueueUrl: aws.String(url), Entries: others})
+			cancel()
 		}
 		if found != nil {
 			return *found, nil

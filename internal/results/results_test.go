@@ -72,3 +72,54 @@ func TestPublishSaysWhatWasNotSent(t *testing.T) {
 		}
 	}
 }
+
+// receiver is a fake results queue that hands out foreign events once and
+// cancels the waiter's context as it does (Ctrl-C as they arrive).
+type receiver struct {
+	cancel   context.CancelFunc
+	events   []Event
+	released []string // receipt handles made visible again
+	ctxErr   error    // the context the release was asked with
+}
+
+func (r *receiver) ReceiveMessage(ctx context.Context, _ *sqs.ReceiveMessageInput, _ ...func(*sqs.Options)) (*sqs.ReceiveMessageOutput, error) {
+	if r.events == nil {
+		<-ctx.Done()
+		return nil, ctx.Err()
+	}
+	out := &sqs.ReceiveMessageOutput{}
+	for i, e := range r.events {
+		b, _ := json.Marshal(e)
+		out.Messages = append(out.Messages, types.Message{Body: aws.String(string(b)), ReceiptHandle: aws.String(fmt.Sprint("rh", i))})
+	}
+	r.events = nil
+	r.cancel()
+	return out, nil
+}
+
+func (r *receiver) DeleteMessage(context.Context, *sqs.DeleteMessageInput, ...func(*sqs.Options)) (*sqs.DeleteMessageOutput, error) {
+	return &sqs.DeleteMessageOutput{}, nil
+}
+
+func (r *receiver) ChangeMessageVisibilityBatch(ctx context.Context, in *sqs.ChangeMessageVisibilityBatchInput, _ ...func(*sqs.Options)) (*sqs.ChangeMessageVisibilityBatchOutput, error) {
+	r.ctxErr = ctx.Err()
+	for _, e := range in.Entries {
+		r.released = append(r.released, aws.ToString(e.ReceiptHandle))
+	}
+	return &sqs.ChangeMessageVisibilityBatchOutput{}, nil
+}
+
+// TestCancelledWaitGivesOthersEventsBack: a wait cancelled as it receives
+// other clients' events still makes them visible again at once, with a
+// context that is not cancelled (else SQS would hide them for 30 s).
+func TestCancelledWaitGivesOthersEventsBack(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	r := &receiver{cancel: cancel, events: events(3)}
+	_, err := Wait(ctx, r, "url", "mine", nil, nil)
+	if !errors.Is(err, context.Canceled) {
+		t.Fatalf("Wait = %v, want cancelled", err)
+	}
+	if len(r.released) != 3 || r.ctxErr != nil {
+		t.Errorf("released %v with a context whose error is %v; want all 3, not cancelled", r.released, r.ctxErr)
+	}
+}
