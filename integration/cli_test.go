@@ -71,12 +71,21 @@ func TestCLI(t *testing.T) {
 		t.Error("the tenant file is not on the branch")
 	}
 
-	// A refusal by the worker: exit 1 and the reason.
+	// An onboarding to another tier than the tenant's waits for the
+	// offboarding of the move: held, exit 3, saying what it waits for.
 	out, errOut, code = h.cli(queueName(resultsURL), "send", "onboarding", "--tenant-id", "tenant-1", "--tier", "basic", "--release", "0.0", "--wait", "--json")
 	var ev results.Event
+	if err := json.Unmarshal([]byte(strings.Split(strings.TrimSpace(out), "\n")[1]), &ev); err != nil || code != 3 ||
+		ev.Outcome != "held" || !strings.Contains(ev.Error, "is in tier premium") {
+		t.Errorf("send of a tenant already in another tier: exit %d, %s (%v)\n%s", code, out, err, errOut)
+	}
+
+	// A refusal by the worker: exit 1 and the reason.
+	out, errOut, code = h.cli(queueName(resultsURL), "send", "offboarding", "--tenant-id", "tenant-1", "--tier", "advanced", "--wait", "--json")
+	ev = results.Event{}
 	if err := json.Unmarshal([]byte(strings.Split(strings.TrimSpace(out), "\n")[1]), &ev); err != nil || code != 1 ||
 		ev.Outcome != "rejected" || ev.Reason != "tier_conflict" {
-		t.Errorf("send of a tenant already in another tier: exit %d, %s (%v)\n%s", code, out, err, errOut)
+		t.Errorf("offboarding from another tier than the tenant's: exit %d, %s (%v)\n%s", code, out, err, errOut)
 	}
 
 	// A bad message is refused before sending: nothing reaches the queue.

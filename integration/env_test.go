@@ -352,6 +352,8 @@ func inFlightAt(addr, id string) bool { return slices.Contains(inHandAt(addr), i
 // staleLine is the worker's log message for a stale message.
 const staleLine = "stale: sent before the last change applied to what it names; nothing to do"
 
+const heldLine = "held in the ledger until a message sent before it arrives"
+
 // outcome waits for the worker's log line about message id and returns it.
 func (h *harness) outcome(id string) map[string]any {
 	h.t.Helper()
@@ -360,7 +362,7 @@ func (h *harness) outcome(id string) map[string]any {
 		for _, l := range h.logs.lines("message_id", id) {
 			switch l["message"] {
 			case "tenant change pushed", "already carried out; nothing to push", "already carried out; recorded in the ledger",
-				"already applied by an earlier delivery of this message", staleLine, "message rejected":
+				"already applied by an earlier delivery of this message", staleLine, "message rejected", heldLine:
 				line = l
 				return true
 			}

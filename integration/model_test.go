@@ -36,11 +36,21 @@ type model struct {
 	poolAt  int
 	tierAt  map[string]int // tier -> send time of its last deployment
 	tierRel map[string]string
+	// held: an onboarding to another tier than the tenant's, sent after
+	// everything applied to the tenant, waiting for the offboarding of the
+	// move (sent before it) to complete the move.
+	held map[string]heldOnboarding
+}
+
+type heldOnboarding struct {
+	tier, version string
+	sent          int
 }
 
 func newModel() *model {
 	return &model{order: map[string][]string{}, version: map[string]string{}, tierOf: map[string]string{},
-		exists: map[string]int{}, release: map[string]int{}, tierAt: map[string]int{}, tierRel: map[string]string{}}
+		exists: map[string]int{}, release: map[string]int{}, tierAt: map[string]int{}, tierRel: map[string]string{},
+		held: map[string]heldOnboarding{}}
 }
 
 var aliases = map[string]string{"silo": "premium", "hybrid": "advanced", "pool": "basic"}
@@ -53,7 +63,7 @@ func canonical(tier string) string {
 }
 
 // step applies a message sent now (after every earlier one) to the model
-// and returns the expected outcome: "applied", "noop", "stale" or
+// and returns the expected outcome: "applied", "noop", "stale", "held" or
 // "rejected:<reason>".
 func (m *model) step(kind, id, tier, version string) string {
 	m.clock++
@@ -73,18 +83,16 @@ func (m *model) stepAt(kind, id, tier, version string, sent int) string {
 		}
 		if t, ok := m.tierOf[id]; ok {
 			if t != tier {
-				return "rejected:tier_conflict"
+				if h, ok := m.held[id]; !ok || sent >= h.sent {
+					m.held[id] = heldOnboarding{tier, version, sent}
+				}
+				return "held"
 			}
 			m.exists[id] = max(m.exists[id], sent)
 			return "noop"
 		}
 		m.exists[id] = max(m.exists[id], sent)
-		m.release[id] = max(m.release[id], sent)
-		if at := m.tierAt[tier]; at > sent {
-			version, m.release[id] = m.tierRel[tier], max(m.release[id], at) // a deployment sent later already ran
-		}
-		m.tierOf[id], m.version[id] = tier, version
-		m.order[tier] = append(m.order[tier], id)
+		m.add(id, tier, version, sent)
 		return "applied"
 	case "offboarding":
 		if m.exists[id] > sent {
@@ -95,12 +103,23 @@ func (m *model) stepAt(kind, id, tier, version string, sent int) string {
 			return "rejected:tier_conflict"
 		}
 		m.exists[id] = max(m.exists[id], sent)
+		if ok {
+			delete(m.tierOf, id)
+			delete(m.version, id)
+			m.order[tier] = slices.DeleteFunc(m.order[tier], func(s string) bool { return s == id })
+		}
+		// A held onboarding sent after this offboarding completes the
+		// move; one sent before it met the tenant in its old tier.
+		h, wasHeld := m.held[id]
+		delete(m.held, id)
+		if wasHeld && h.sent >= sent && h.tier != tier {
+			m.exists[id] = max(m.exists[id], h.sent)
+			m.add(id, h.tier, h.version, h.sent)
+			return "applied"
+		}
 		if !ok {
 			return "noop"
 		}
-		delete(m.tierOf, id)
-		delete(m.version, id)
-		m.order[tier] = slices.DeleteFunc(m.order[tier], func(s string) bool { return s == id })
 		return "applied"
 	default: // deployment to a whole tier
 		changed, fresh, stale := false, false, false
@@ -137,6 +156,17 @@ func (m *model) stepAt(kind, id, tier, version string, sent int) string {
 		}
 		return "noop"
 	}
+}
+
+// add puts tenant id in tier as an onboarding sent at sent asking for
+// version does.
+func (m *model) add(id, tier, version string, sent int) {
+	m.release[id] = max(m.release[id], sent)
+	if at := m.tierAt[tier]; at > sent {
+		version, m.release[id] = m.tierRel[tier], max(m.release[id], at) // a deployment sent later already ran
+	}
+	m.tierOf[id], m.version[id] = tier, version
+	m.order[tier] = append(m.order[tier], id)
 }
 
 // tree is the expected content of every file below tenants/ and pooled-envs/.
@@ -287,9 +317,10 @@ func TestModel(t *testing.T) {
 			outcomeOf := func(msgID string) string {
 				line := h.outcome(msgID)
 				got := map[string]string{
-					"tenant change pushed":                                   "applied",
-					"already carried out; nothing to push":                   "noop",
-					"already carried out; recorded in the ledger":            "noop",
+					"tenant change pushed":                        "applied",
+					"already carried out; nothing to push":        "noop",
+					"already carried out; recorded in the ledger": "noop",
+					heldLine: "held",
 					"already applied by an earlier delivery of this message": "noop",
 					staleLine: "stale",
 				}[fmt.Sprint(line["message"])]

@@ -110,6 +110,9 @@ func sendCmd(args []string, stdout, stderr io.Writer, getenv func(string) string
 	if ev.Outcome == "rejected" {
 		return 1
 	}
+	if ev.Outcome == "held" {
+		return 3 // not carried out yet: it waits for a message sent before it
+	}
 	if *until != "ready" || ev.Outcome != "applied" {
 		// Only an applied change is followed into the cluster.
 		return 0
@@ -144,6 +147,8 @@ func describeEvent(ev results.Event) string {
 		return fmt.Sprintf("applied: %s %s in commit %s (%d ms)", ev.Kind, who, ev.CommitSHA, ev.DurationMS)
 	case "noop":
 		return fmt.Sprintf("already done: %s %s, nothing to change (head %s)", ev.Kind, who, ev.CommitSHA)
+	case "held":
+		return fmt.Sprintf("held: %s %s: %s (ledger commit %s)", ev.Kind, who, ev.Error, ev.CommitSHA)
 	case "ready":
 		return fmt.Sprintf("ready: %s %s is live in the cluster (commit %s; %s)", ev.Kind, who, ev.CommitSHA, describeStages(ev.Stages))
 	default:

@@ -40,6 +40,14 @@ type Change struct {
 	// Recorded: the change only records the message in the ledger (what it
 	// asks for is in place already, and it is newer than what was).
 	Recorded bool
+	// Held: the change only records the message in the ledger, to be
+	// carried out by a message sent before it that has not arrived yet (an
+	// onboarding to another tier before the offboarding that moves the
+	// tenant out, a deployment to a tenant before its onboarding).
+	Held bool
+	// Also are requests carried out by this change besides the message's
+	// own: a held onboarding that the offboarding it waited for completes.
+	Also []message.Request
 }
 
 // Empty reports whether the change is a no-op.
@@ -89,11 +97,10 @@ func (l Layout) PlanAt(r Reader, req message.Request, st Stamp) (Change, error) 
 	if err != nil {
 		return Change{}, fmt.Errorf("list tiers: %w", err)
 	}
-	if !slices.Contains(tiers, req.Tier) {
-		return Change{}, reject.Errorf(reject.UnknownTier, "tier %q does not exist (tiers: %s)",
-			req.Tier, strings.Join(tiers, ", "))
-	}
 	p := planner{Layout: l, r: r, tiers: tiers, files: map[string][]byte{}}
+	// The duplicate and stale rules come before every check of what exists:
+	// a message applied already, or sent before the last change to what it
+	// names, is told so even when its tier or tenant is gone since.
 	if !st.Sent.IsZero() {
 		if p.ledger, err = l.readLedger(r); err != nil {
 			return Change{}, err
@@ -117,7 +124,7 @@ func (l Layout) PlanAt(r Reader, req message.Request, st Stamp) (Change, error) 
 		return Change{}, err
 	}
 	if p.ledger == nil {
-		return Change{Files: p.files, Message: p.message}, nil
+		return Change{Files: p.files, Message: p.message, Also: p.also}, nil
 	}
 	if p.touched == 0 && p.stale > 0 {
 		return Change{Stale: true, Message: p.message}, nil
@@ -132,8 +139,12 @@ func (l Layout) PlanAt(r Reader, req message.Request, st Stamp) (Change, error) 
 	if err := p.writeLedger(); err != nil {
 		return Change{}, err
 	}
-	c := Change{Files: p.files, Message: p.message}
-	if !changed && len(p.files) > 0 {
+	c := Change{Files: p.files, Message: p.message, Also: p.also}
+	switch {
+	case changed:
+	case p.held:
+		c.Recorded, c.Held = true, true
+	case len(p.files) > 0:
 		c.Recorded, c.Message = true, "Already in place: "+p.message
 	}
 	return c, nil
@@ -180,19 +191,52 @@ func (p *planner) writeLedger() error {
 	return nil
 }
 
-// release is the release a new tenant gets: the message's own, or that of
-// a deployment of its tier sent after the message and applied already (in
-// send order, that deployment would have found the tenant and moved it).
-func (p *planner) release(req message.Request) string {
+// release is the release a tenant onboarded into tier by a message sent
+// at sent gets: the message's own (asked), or that of a deployment sent
+// after it and handled already (in send order, that deployment would have
+// found the tenant and moved it): its tier's, or one held for this tenant.
+func (p *planner) release(tier, id, asked string, sent int64) string {
 	if p.ledger == nil {
-		return req.ReleaseVersion
+		return asked
 	}
-	p.ledger.Touch(ledger.Release(req.TenantID), p.sent)
-	if tier, ok := p.ledger.Get(ledger.Tier(req.Tier)); ok && tier.MS > p.sent && tier.Value != "" {
-		p.ledger.Touch(ledger.Release(req.TenantID), tier.MS)
-		return tier.Value
+	release, at := asked, sent
+	if rec, ok := p.ledger.Get(ledger.Tier(tier)); ok && rec.MS > at && rec.Value != "" {
+		release, at = rec.Value, rec.MS
 	}
-	return req.ReleaseVersion
+	if rec, ok := p.ledger.Get(ledger.Release(id)); ok && rec.MS > at {
+		if t, r, ok := heldFor(rec.Value); ok && t == tier {
+			release, at = r, rec.MS
+		}
+	}
+	// Set, not Touch: the value a held deployment left is used up.
+	if rec, ok := p.ledger.Get(ledger.Release(id)); !ok || at >= rec.MS {
+		p.ledger.Set(ledger.Release(id), at, "")
+	}
+	return release
+}
+
+// held is how a held message's request is kept in a ledger value: the
+// tier and the release, one field.
+func held(tier, release string) string { return tier + ":" + release }
+
+func heldFor(value string) (tier, release string, ok bool) {
+	tier, release, ok = strings.Cut(value, ":")
+	return tier, release, ok && tier != "" && release != ""
+}
+
+// older reports whether the message was sent before the last change
+// applied to target; it records nothing.
+func (p *planner) older(target string) bool {
+	return p.ledger != nil && p.ledger.Stale(target, p.sent)
+}
+
+// checkTier refuses a tier that does not exist.
+func (p *planner) checkTier(tier string) error {
+	if !slices.Contains(p.tiers, tier) {
+		return reject.Errorf(reject.UnknownTier, "tier %q does not exist (tiers: %s)",
+			tier, strings.Join(p.tiers, ", "))
+	}
+	return nil
 }
 
 // fresh reports whether the message may change target: it is not older
@@ -234,6 +278,8 @@ type planner struct {
 	ledger         *ledger.Ledger
 	sent           int64 // Unix ms
 	stale, touched int   // targets the message is too old for, and fresh ones
+	held           bool  // the message is recorded to be carried out later
+	also           []message.Request
 }
 
 // otherTier returns a tier other than tier that holds the tenant, if any.
@@ -266,51 +312,123 @@ func (p *planner) checkNotPooledEnv(id string) error {
 
 func (p *planner) onboard(req message.Request) error {
 	p.message = fmt.Sprintf("Adding new tenant %s in tier %s", req.TenantID, req.Tier)
-	if err := p.checkNotPooledEnv(req.TenantID); err != nil {
+	if p.older(ledger.Tenant(req.TenantID)) {
+		p.stale++
+		return nil
+	}
+	if err := p.checkTier(req.Tier); err != nil {
 		return err
 	}
-	if !p.fresh(ledger.Tenant(req.TenantID)) {
-		return nil
+	if err := p.checkNotPooledEnv(req.TenantID); err != nil {
+		return err
 	}
 	other, err := p.otherTier(req.Tier, req.TenantID)
 	if err != nil {
 		return err
 	}
 	if other != "" {
-		return reject.Errorf(reject.TierConflict, "tenant %s already exists in tier %s, not %s",
-			req.TenantID, other, req.Tier)
+		if p.ledger == nil {
+			return reject.Errorf(reject.TierConflict, "tenant %s already exists in tier %s, not %s",
+				req.TenantID, other, req.Tier)
+		}
+		// Nothing recorded of the tenant is newer than this message: a move
+		// is an offboarding then an onboarding, sent in that order on two
+		// queues, and the offboarding may still come. It completes the move
+		// (see offboard); an offboarding sent after this message drops it,
+		// as the tier conflict would have in send order.
+		p.ledger.Set(ledger.Held(req.TenantID), p.sent, held(req.Tier, req.ReleaseVersion))
+		p.held = true
+		p.message = fmt.Sprintf("Held: tenant %s is in tier %s; it moves to tier %s when an offboarding "+
+			"from %s sent before this onboarding arrives", req.TenantID, other, req.Tier, other)
+		return nil
 	}
-	state, err := p.tenantIn(p.r, req.Tier, req.TenantID)
+	p.fresh(ledger.Tenant(req.TenantID))
+	return p.add(req.Tier, req.TenantID, req.ReleaseVersion, p.sent)
+}
+
+// add puts tenant id in tier, as an onboarding sent at sent asking for
+// release does: the tenant file rendered from the tier's template, and its
+// entry in the tier's kustomization.
+func (p *planner) add(tier, id, release string, sent int64) error {
+	state, err := p.tenantIn(p.r, tier, id)
 	if err != nil {
 		return err
 	}
-	// An existing tenant file is left alone: it may carry a newer release or
-	// image tags set by Flux, which a late duplicate message must not undo.
-	if !state.file {
-		tmpl, err := p.r.ReadFile(p.TenantTemplate(req.Tier))
+	tmpl, err := p.r.ReadFile(p.TenantTemplate(tier))
+	if err != nil {
+		return fmt.Errorf("read template: %w", err)
+	}
+	name := p.TenantFile(tier, id)
+	if state.listed && state.file {
+		// In place: the file may carry a newer release or image tags set by
+		// Flux, which a late or repeated message must not undo.
+		return nil
+	}
+	out, err := render.Render(tmpl, render.Vars{TenantID: id, ReleaseVersion: p.release(tier, id, release, sent)})
+	if err != nil {
+		return fmt.Errorf("%w: render %s: %v", ErrBroken, p.TenantTemplate(tier), err)
+	}
+	if state.file {
+		// A file nobody applies (left over, or written by hand): it is kept
+		// when it declares what the template renders for the tenant, and
+		// rendered again when it declares anything else, which the
+		// onboarding does not ask Flux to apply.
+		current, err := p.r.ReadFile(name)
 		if err != nil {
-			return fmt.Errorf("read template: %w", err)
+			return fmt.Errorf("read %s: %w", name, err)
 		}
-		release := p.release(req)
-		out, err := render.Render(tmpl, render.Vars{TenantID: req.TenantID, ReleaseVersion: release})
-		if err != nil {
-			return fmt.Errorf("%w: render %s: %v", ErrBroken, p.TenantTemplate(req.Tier), err)
+		if slices.Equal(sortedObjects(current), sortedObjects(out)) {
+			out = current
 		}
-		if err := p.checkCollisions(req.TenantID, out); err != nil {
-			return err
-		}
-		p.files[p.TenantFile(req.Tier, req.TenantID)] = out
+	}
+	if err := p.checkCollisions(id, out); err != nil {
+		return err
+	}
+	if !state.file || !bytes.Equal(out, mustRead(p.r, name)) {
+		p.files[name] = out
 	}
 	if !state.listed {
-		return p.editKustomization(req.Tier, req.TenantID, kustomization.Add)
+		return p.editKustomization(tier, id, kustomization.Add)
 	}
 	return nil
 }
 
+// renderedFrom reports whether content declares any object that tmpl
+// renders for v (same kind, namespace and name).
+func (p *planner) renderedFrom(content, tmpl []byte, v render.Vars) bool {
+	out, err := render.Render(tmpl, v)
+	if err != nil {
+		return true // SetRelease says what is wrong with the template
+	}
+	want := objects(out)
+	for _, o := range objects(content) {
+		if slices.Contains(want, o) {
+			return true
+		}
+	}
+	return false
+}
+
+// mustRead returns a file's content, or nil when it cannot be read.
+func mustRead(r Reader, name string) []byte {
+	b, _ := r.ReadFile(name)
+	return b
+}
+
+func sortedObjects(content []byte) []object {
+	objs := objects(content)
+	slices.SortFunc(objs, func(a, b object) int { return strings.Compare(a.String(), b.String()) })
+	return objs
+}
+
 func (p *planner) offboard(req message.Request) error {
 	p.message = fmt.Sprintf("Removing tenant %s in tier %s", req.TenantID, req.Tier)
-	if !p.fresh(ledger.Tenant(req.TenantID)) {
+	if p.older(ledger.Tenant(req.TenantID)) {
+		p.stale++
 		return nil
+	}
+	if err := p.checkTier(req.Tier); err != nil {
+		return err
 	}
 	state, err := p.tenantIn(p.r, req.Tier, req.TenantID)
 	if err != nil {
@@ -325,14 +443,51 @@ func (p *planner) offboard(req message.Request) error {
 			return reject.Errorf(reject.TierConflict, "tenant %s is in tier %s, not %s: nothing removed",
 				req.TenantID, other, req.Tier)
 		}
-		return nil
 	}
+	p.fresh(ledger.Tenant(req.TenantID))
 	if state.file {
 		p.files[p.TenantFile(req.Tier, req.TenantID)] = nil
 	}
 	if state.listed {
-		return p.editKustomization(req.Tier, req.TenantID, kustomization.Remove)
+		if err := p.editKustomization(req.Tier, req.TenantID, kustomization.Remove); err != nil {
+			return err
+		}
 	}
+	return p.completeMove(req)
+}
+
+// completeMove carries out an onboarding held for the offboarding req: one
+// to another tier sent after req (in send order it found the tenant gone).
+// One sent before req is dropped: in send order it met the tenant in its
+// old tier and was refused.
+func (p *planner) completeMove(req message.Request) error {
+	if p.ledger == nil {
+		return nil
+	}
+	rec, ok := p.ledger.Get(ledger.Held(req.TenantID))
+	tier, release, valid := heldFor(rec.Value)
+	if !ok || !valid {
+		return nil
+	}
+	p.ledger.Set(ledger.Held(req.TenantID), rec.MS, "-") // used up, either way
+	if rec.MS < p.sent || tier == req.Tier || p.checkTier(tier) != nil {
+		return nil
+	}
+	if err := p.checkNotPooledEnv(req.TenantID); err != nil {
+		return nil // as it would have been refused then
+	}
+	if other, err := p.otherTier(req.Tier, req.TenantID); err != nil || other != "" && other != tier {
+		return err // still in a third tier: it stays held no more
+	}
+	p.ledger.Touch(ledger.Tenant(req.TenantID), rec.MS)
+	if err := p.add(tier, req.TenantID, release, rec.MS); err != nil {
+		if _, ok := reject.As(err); ok {
+			return nil // the held onboarding is refused, not the offboarding
+		}
+		return err
+	}
+	p.also = append(p.also, message.Request{Kind: message.Onboarding, TenantID: req.TenantID, Tier: tier, ReleaseVersion: release})
+	p.message += fmt.Sprintf("; adding it in tier %s, as a held onboarding sent after this offboarding asks", tier)
 	return nil
 }
 
@@ -356,32 +511,56 @@ func (p *planner) editKustomization(tier, id string, edit func([]byte, string) (
 }
 
 func (p *planner) deploy(req message.Request) error {
+	// Staleness first: a deployment sent before the last deployment of
+	// the tier, or of the tenant it names, changes nothing of it, whether
+	// or not the tier or the tenant is still there.
+	if req.TenantID != "" {
+		p.message = fmt.Sprintf("Deploying to tenant %s in tier %s, version %s", req.TenantID, req.Tier, req.ReleaseVersion)
+		if p.older(ledger.Release(req.TenantID)) {
+			p.stale++
+			return nil
+		}
+	} else {
+		p.message = fmt.Sprintf("Deploying to %s tenants, version %s", req.Tier, req.ReleaseVersion)
+	}
+	if err := p.checkTier(req.Tier); err != nil {
+		if req.TenantID == "" && p.older(ledger.Tier(req.Tier)) ||
+			req.TenantID != "" && p.older(ledger.Tenant(req.TenantID)) {
+			p.stale++
+			return nil
+		}
+		return err
+	}
 	ids, err := p.TenantFiles(p.r, req.Tier)
 	if err != nil {
 		return fmt.Errorf("list tenants of tier %s: %w", req.Tier, err)
 	}
 	if req.TenantID != "" {
-		p.message = fmt.Sprintf("Deploying to tenant %s in tier %s, version %s", req.TenantID, req.Tier, req.ReleaseVersion)
-		// Staleness first: a deployment sent before the tenant was last
-		// offboarded, moved or deployed changes nothing of it, whether or
-		// not the tenant is still there.
-		if p.ledger != nil && (p.ledger.Stale(ledger.Tenant(req.TenantID), p.sent) || p.ledger.Stale(ledger.Release(req.TenantID), p.sent)) {
-			p.stale++
-			return nil
-		}
 		if !slices.Contains(ids, req.TenantID) {
+			// Gone since (offboarded or moved after it was sent): stale.
+			if p.older(ledger.Tenant(req.TenantID)) {
+				p.stale++
+				return nil
+			}
 			other, err := p.otherTier(req.Tier, req.TenantID)
 			if err != nil {
 				return err
 			}
-			if other != "" {
-				return reject.Errorf(reject.TierConflict, "tenant %s is in tier %s, not %s", req.TenantID, other, req.Tier)
+			if p.ledger == nil {
+				if other != "" {
+					return reject.Errorf(reject.TierConflict, "tenant %s is in tier %s, not %s", req.TenantID, other, req.Tier)
+				}
+				return reject.Errorf(reject.TenantNotFound, "tenant %s does not exist in tier %s", req.TenantID, req.Tier)
 			}
-			return reject.Errorf(reject.TenantNotFound, "tenant %s does not exist in tier %s", req.TenantID, req.Tier)
+			// Not there yet: the onboarding sent before it may still come
+			// (on its own queue), and takes this release (see release).
+			p.ledger.Set(ledger.Release(req.TenantID), p.sent, held(req.Tier, req.ReleaseVersion))
+			p.held = true
+			p.message = fmt.Sprintf("Held: tenant %s is not in tier %s; an onboarding of it to %s sent before "+
+				"this deployment takes release %s", req.TenantID, req.Tier, req.Tier, req.ReleaseVersion)
+			return nil
 		}
 		ids = []string{req.TenantID}
-	} else {
-		p.message = fmt.Sprintf("Deploying to %s tenants, version %s", req.Tier, req.ReleaseVersion)
 	}
 
 	tmplName := p.TenantTemplate(req.Tier)
@@ -397,7 +576,7 @@ func (p *planner) deploy(req message.Request) error {
 			continue // given its release by a message sent after this one
 		}
 		if err := p.rerender(p.TenantFile(req.Tier, id), tmplName, tmpl,
-			render.Vars{TenantID: id, ReleaseVersion: req.ReleaseVersion}); err != nil {
+			render.Vars{TenantID: id, ReleaseVersion: req.ReleaseVersion}, req.TenantID == ""); err != nil {
 			return err
 		}
 	}
@@ -430,7 +609,7 @@ func (p *planner) deploy(req message.Request) error {
 			continue
 		}
 		if err := p.rerender(path.Join(p.PooledEnvsDir(), env+".yaml"), envName, envTmpl,
-			render.Vars{EnvironmentID: env, ReleaseVersion: req.ReleaseVersion}); err != nil {
+			render.Vars{EnvironmentID: env, ReleaseVersion: req.ReleaseVersion}, true); err != nil {
 			return err
 		}
 	}
@@ -440,10 +619,17 @@ func (p *planner) deploy(req message.Request) error {
 // rerender sets the release of a file rendered from tmpl: only the values
 // the template sets from {RELEASE_VERSION} change; hand edits, fields the
 // template gained since, and the values Flux image automation owns stay.
-func (p *planner) rerender(name, tmplName string, tmpl []byte, v render.Vars) error {
+// In a deployment of a whole tier (several), a file that holds none of
+// the objects the template renders (a ConfigMap the tier shares, added by
+// hand) is not a tenant's and is left alone; a file the message names must
+// take the release.
+func (p *planner) rerender(name, tmplName string, tmpl []byte, v render.Vars, several bool) error {
 	current, err := p.r.ReadFile(name)
 	if err != nil {
 		return fmt.Errorf("read %s: %w", name, err)
+	}
+	if several && !p.renderedFrom(current, tmpl, v) {
+		return nil
 	}
 	out, err := render.SetRelease(current, tmpl, v)
 	if err != nil {

@@ -130,12 +130,23 @@ func TestOnboardIdempotentAndConflicts(t *testing.T) {
 			t.Errorf("%s: got %v, want %s", body, err, reason)
 		}
 	}
-	// Half-onboarded state (file without entry) is repaired, not duplicated.
+	// A tenant file nobody applies (no entry) is listed when it declares
+	// what the template renders for the tenant (hand edits kept), and
+	// rendered again when it declares anything else.
 	m2 := seed(t)
-	m2[templates.Root+"/tenants/basic/t5.yaml"] = &fstest.MapFile{Data: []byte("kind: X\n")}
+	t5 := templates.Root + "/tenants/basic/t5.yaml"
+	kept := mustPlan(t, seed(t), message.Onboarding, `{"tenant_id":"t5","tenant_tier":"basic","release_version":"7.0"}`).Files[t5]
+	kept = append(kept, "# edited by hand\n"...)
+	m2[t5] = &fstest.MapFile{Data: kept}
 	c := mustPlan(t, m2, message.Onboarding, `{"tenant_id":"t5","tenant_tier":"basic","release_version":"0.0"}`)
 	if got := strings.Join(c.Paths(), ","); got != templates.Root+"/tenants/basic/kustomization.yaml" {
-		t.Fatalf("repair changed %s", got)
+		t.Fatalf("listing a file of the tenant's objects changed %s", got)
+	}
+	m2 = seed(t)
+	m2[t5] = &fstest.MapFile{Data: []byte("apiVersion: helm.toolkit.fluxcd.io/v2\nkind: HelmRelease\nmetadata:\n  name: pool-1\n  namespace: flux-system\n")}
+	c = mustPlan(t, m2, message.Onboarding, `{"tenant_id":"t5","tenant_tier":"basic","release_version":"0.0"}`)
+	if got := string(c.Files[t5]); !strings.Contains(got, "name: t5-basic") || strings.Contains(got, "name: pool-1") {
+		t.Fatalf("a file declaring another object was not rendered again: %v\n%s", c.Paths(), got)
 	}
 }
 

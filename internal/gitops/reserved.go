@@ -26,10 +26,11 @@ func (o object) String() string {
 	return o.kind + " " + o.namespace + "/" + o.name
 }
 
-var docSeparator = regexp.MustCompile(`(?m)^---[ \t]*(#.*)?$`)
+var docSeparator = regexp.MustCompile(`(?m)^---[ \t]*(#[^\r\n]*)?\r?$`)
 
 // Documents splits a YAML stream at its "---" lines, as kustomize and Flux
-// read multi-document files.
+// read multi-document files, with either line end ("---\r\n" too: a file
+// saved on Windows is read whole by kustomize, so it must be here).
 func Documents(content []byte) []string { return docSeparator.Split(string(content), -1) }
 
 // objects lists the objects the YAML documents of content declare;

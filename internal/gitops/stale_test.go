@@ -25,16 +25,10 @@ var t0 = time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)
 
 func deliver(t *testing.T, m fstest.MapFS, x msg) Change {
 	t.Helper()
-	req, err := message.Decode(x.kind, []byte(x.body))
-	if err != nil {
-		t.Fatal(err)
-	}
-	c, err := layout.PlanAt(FS{m}, req, Stamp{MessageID: x.id, Sent: t0.Add(time.Duration(x.sent) * time.Second),
-		Now: t0.Add(time.Hour), Retention: 4 * 24 * time.Hour})
+	c, err := try(t, m, x)
 	if err != nil {
 		t.Fatalf("%s: %v", x.id, err)
 	}
-	apply(m, c)
 	return c
 }
 
@@ -44,6 +38,8 @@ func outcome(c Change) string {
 		return "duplicate"
 	case c.Stale:
 		return "stale"
+	case c.Held:
+		return "held"
 	case c.Recorded:
 		return "recorded"
 	case c.Empty():

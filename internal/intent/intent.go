@@ -119,8 +119,10 @@ func NewChecker(layout gitops.Layout) *Checker {
 }
 
 // Check compares what before and after build, in every Kustomization that
-// the changed paths touch, with what req asks.
-func (c *Checker) Check(before, after Source, req message.Request, changed []string) error {
+// the changed paths touch, with what req asks, and what the requests also
+// carried out by the same change ask (an onboarding held for the
+// offboarding that completes a move of the tenant to another tier).
+func (c *Checker) Check(before, after Source, req message.Request, changed []string, also ...message.Request) error {
 	var all Error
 	for _, dir := range c.layout.AppliedDirs(changed) {
 		deltas, built, err := c.diff(before, after, dir, changed)
@@ -130,16 +132,22 @@ func (c *Checker) Check(before, after Source, req message.Request, changed []str
 		if err != nil {
 			return err
 		}
-		rule, err := c.ruleFor(before, req, dir)
-		if err != nil {
-			return err
+		var rules []rule
+		for _, r := range append([]message.Request{req}, also...) {
+			rule, err := c.ruleFor(before, r, dir)
+			if err != nil {
+				return err
+			}
+			rules = append(rules, rule)
 		}
 		for _, d := range deltas {
-			if !rule.allows(d) {
+			if !allowedBy(rules, d) {
 				all.Unintended = append(all.Unintended, d.Delta)
 			}
 		}
-		all.Missing = append(all.Missing, rule.missing(deltas, built)...)
+		for _, r := range rules {
+			all.Missing = append(all.Missing, r.missing(deltas, built)...)
+		}
 	}
 	if len(all.Unintended) == 0 && len(all.Missing) == 0 {
 		return nil
@@ -147,10 +155,26 @@ func (c *Checker) Check(before, after Source, req message.Request, changed []str
 	return &all
 }
 
+// allowedBy reports whether one of rules allows d, or d is an object of a
+// tenant that an offboarding takes out of one file and an onboarding of
+// the same change puts in another (a move to another tier).
+func allowedBy(rules []rule, d delta) bool {
+	var on, off bool
+	for _, r := range rules {
+		if r.allows(d) {
+			return true
+		}
+		on = on || r.kind == message.Onboarding && r.files(d.File) && r.declares(d.Object)
+		off = off || r.kind == message.Offboarding && r.files(d.from)
+	}
+	return d.Op == opChanged && on && off
+}
+
 // delta is a Delta with what the rules need to judge it.
 type delta struct {
 	Delta
 	kind          string
+	from          string // the file that declared it before
 	before, after map[string]any
 }
 
@@ -233,7 +257,7 @@ func moved(ds []delta) []delta {
 			a := ds[i]
 			if fields := differing(d.before, a.after); len(fields) > 0 || d.File != a.File {
 				out = append(out, delta{Delta: Delta{Op: opChanged, Object: d.Object, File: a.File, Fields: fields},
-					kind: d.kind, before: d.before, after: a.after})
+					kind: d.kind, from: d.File, before: d.before, after: a.after})
 			}
 			continue
 		}
@@ -272,7 +296,7 @@ func compare(before, after []object, fileBefore, fileAfter string) []delta {
 		}
 		if fields := differing(b.body, a.body); len(fields) > 0 {
 			out = append(out, delta{Delta: Delta{Op: opChanged, Object: a.id, File: fileAfter, Fields: fields},
-				kind: a.kind, before: b.body, after: a.body})
+				kind: a.kind, from: fileBefore, before: b.body, after: a.body})
 		}
 	}
 	for _, b := range before {
@@ -291,6 +315,13 @@ func (c *Checker) ruleFor(before Source, req message.Request, dir string) (rule,
 	case message.Onboarding, message.Offboarding:
 		r.files = func(p string) bool { return p == l.TenantFile(req.Tier, req.TenantID) }
 		r.want = l.TenantFile(req.Tier, req.TenantID)
+		if req.Kind == message.Onboarding {
+			objs, err := c.tenantObjects(before, req)
+			if err != nil {
+				return r, err
+			}
+			r.objects = objs
+		}
 	case message.Deployment:
 		tierDir := l.TierDir(req.Tier) + "/"
 		r.files = func(p string) bool {
@@ -325,8 +356,14 @@ type rule struct {
 	kind    message.Kind
 	files   func(path string) bool // the files whose objects the message names
 	want    string                 // the tenant file of an onboarding or offboarding
+	objects map[string]bool        // what an onboarding's template renders for the tenant
 	release func(path string) [][]string
 }
+
+// declares reports whether object is one the onboarding's template renders
+// for its tenant: a file left in the tier's folder that declares anything
+// else (another tenant's object, the pool's) is not the tenant's to add.
+func (r rule) declares(object string) bool { return r.objects[object] }
 
 func (r rule) allows(d delta) bool {
 	if !r.files(d.File) {
@@ -334,7 +371,7 @@ func (r rule) allows(d delta) bool {
 	}
 	switch r.kind {
 	case message.Onboarding:
-		return d.Op == opAdded
+		return d.Op == opAdded && r.declares(d.Object)
 	case message.Offboarding:
 		return d.Op == opRemoved
 	case message.Deployment:
@@ -353,7 +390,7 @@ func (r rule) missing(ds []delta, built func(file string) bool) []string {
 	switch r.kind {
 	case message.Onboarding:
 		for _, d := range ds {
-			if d.File == r.want && d.Op == opAdded {
+			if d.File == r.want && (d.Op == opAdded || d.Op == opChanged && d.from != r.want) {
 				return nil
 			}
 		}

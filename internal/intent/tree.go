@@ -12,6 +12,7 @@ import (
 	"strings"
 	"sync"
 
+	"sigs.k8s.io/kustomize/api/konfig"
 	"sigs.k8s.io/kustomize/api/krusty"
 	"sigs.k8s.io/kustomize/api/types"
 	"sigs.k8s.io/kustomize/kyaml/filesys"
@@ -19,6 +20,8 @@ import (
 
 	"github.com/tenant-worker/tenant-worker/internal/gitops"
 	"github.com/tenant-worker/tenant-worker/internal/kustomization"
+	"github.com/tenant-worker/tenant-worker/internal/message"
+	"github.com/tenant-worker/tenant-worker/internal/render"
 )
 
 // tree is what a Kustomization folder builds, when every kustomization in
@@ -52,12 +55,13 @@ func (c *Checker) walk(src Source, dir string, t *tree, depth int) error {
 	if err != nil {
 		return fmt.Errorf("list %s: %w", dir, err)
 	}
-	kid, ok := present["kustomization.yaml"]
+	kname, ok := kustomizationIn(present)
 	if !ok || depth > 16 {
 		t.simple = false
 		return nil
 	}
-	k := path.Join(dir, "kustomization.yaml")
+	kid := present[kname]
+	k := path.Join(dir, kname)
 	content, err := src.ReadBlob(kid)
 	if err != nil {
 		return fmt.Errorf("read %s: %w", k, err)
@@ -96,6 +100,23 @@ func (c *Checker) walk(src Source, dir string, t *tree, depth int) error {
 	return nil
 }
 
+// kustomizationIn returns the name of the one kustomization file among a
+// folder's files, under any name kustomize reads (kustomization.yaml,
+// .yml, Kustomization); false when there is none or more than one, which
+// kustomize refuses.
+func kustomizationIn(files map[string]string) (string, bool) {
+	var found []string
+	for _, n := range konfig.RecognizedKustomizationFileNames() {
+		if _, ok := files[n]; ok {
+			found = append(found, n)
+		}
+	}
+	if len(found) != 1 {
+		return "", false
+	}
+	return found[0], true
+}
+
 // fileIDs is a Source that gives one file's content id without listing
 // its folder (a git snapshot).
 type fileIDs interface {
@@ -114,15 +135,27 @@ func (c *Checker) derive(tb *tree, after Source, dir string, changed []string) (
 	}
 	ta := &tree{files: maps.Clone(tb.files), lists: maps.Clone(tb.lists), simple: true}
 	var cands []string
-	// The kustomizations first: what they list decides which files count.
+	// The kustomizations first, a folder before those below it: what they
+	// list decides which files count, and whether a folder is reached is
+	// decided by its parent's list as the change leaves it.
+	var kusts []string
 	for _, p := range changed {
-		d := path.Dir(p)
-		if path.Base(p) != "kustomization.yaml" || !strings.HasPrefix(p, dir+"/") {
+		if !strings.HasPrefix(p, dir+"/") {
 			continue
 		}
-		old, reached := tb.lists[d]
+		switch base := path.Base(p); {
+		case base == "kustomization.yaml":
+			kusts = append(kusts, p)
+		case slices.Contains(konfig.RecognizedKustomizationFileNames(), base):
+			return nil, nil, false // another name kustomize reads: resolve decides
+		}
+	}
+	slices.SortStableFunc(kusts, func(a, b string) int { return strings.Count(a, "/") - strings.Count(b, "/") })
+	for _, p := range kusts {
+		d := path.Dir(p)
+		old, reached := ta.lists[d]
 		if !reached {
-			continue // reached only if a changed list now names its folder
+			continue // not reached, or reached anew: walked whole already
 		}
 		id, err := ids.FileID(p)
 		if err != nil {
@@ -321,7 +354,7 @@ func (c *Checker) diffBuilt(before, after Source, dir string) ([]delta, func(str
 			out = append(out, delta{Delta: Delta{Op: opAdded, Object: id, File: a.file}, kind: a.kind, after: a.body})
 		case b.file != a.file || !reflect.DeepEqual(b.body, a.body):
 			out = append(out, delta{Delta: Delta{Op: opChanged, Object: id, File: a.file, Fields: differing(b.body, a.body)},
-				kind: a.kind, before: b.body, after: a.body})
+				kind: a.kind, from: b.file, before: b.body, after: a.body})
 		}
 	}
 	for id, b := range ob {
@@ -345,21 +378,29 @@ func buildTraced(src Source, dir string) (map[string]traced, error) {
 	if err := copyTree(src, dir, fsys); err != nil {
 		return nil, err
 	}
-	root := "/" + dir + "/kustomization.yaml"
+	files, _, err := src.Entries(dir)
+	if err != nil {
+		return nil, fmt.Errorf("list %s: %w", dir, err)
+	}
+	kname, ok := kustomizationIn(files)
+	if !ok {
+		return nil, fmt.Errorf("%s: no kustomization file, or more than one", dir)
+	}
+	root := "/" + dir + "/" + kname
 	content, err := fsys.ReadFile(root)
 	if err != nil {
-		return nil, fmt.Errorf("read %s: %w", dir+"/kustomization.yaml", err)
+		return nil, fmt.Errorf("read %s: %w", dir+"/"+kname, err)
 	}
 	var k types.Kustomization
 	if err := k.Unmarshal(content); err != nil {
-		return nil, fmt.Errorf("%s/kustomization.yaml: %w", dir, err)
+		return nil, fmt.Errorf("%s/%s: %w", dir, kname, err)
 	}
 	if !slices.Contains(k.BuildMetadata, types.OriginAnnotations) {
 		k.BuildMetadata = append(k.BuildMetadata, types.OriginAnnotations)
 	}
 	out, err := yaml.Marshal(k)
 	if err != nil {
-		return nil, fmt.Errorf("write %s/kustomization.yaml: %w", dir, err)
+		return nil, fmt.Errorf("write %s/%s: %w", dir, kname, err)
 	}
 	if err := fsys.WriteFile(root, out); err != nil {
 		return nil, err
@@ -431,6 +472,29 @@ func copyTree(src Source, dir string, fsys filesys.FileSystem) error {
 		}
 	}
 	return nil
+}
+
+// tenantObjects are the objects (by id) that the template of req's tier
+// renders for req's tenant.
+func (c *Checker) tenantObjects(src Source, req message.Request) (map[string]bool, error) {
+	name := c.layout.TenantTemplate(req.Tier)
+	tmpl, err := src.ReadFile(name)
+	if err != nil {
+		return nil, fmt.Errorf("read %s: %w", name, err)
+	}
+	out, err := render.Render(tmpl, render.Vars{TenantID: req.TenantID, ReleaseVersion: "0.0"})
+	if err != nil {
+		return nil, fmt.Errorf("render %s: %w", name, err)
+	}
+	objs, err := decode(out)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", name, err)
+	}
+	ids := make(map[string]bool, len(objs))
+	for _, o := range objs {
+		ids[o.id] = true
+	}
+	return ids, nil
 }
 
 // releaseFields are the paths, in the objects a template renders, of the

@@ -3,6 +3,7 @@ package kustomization
 import (
 	"errors"
 	"fmt"
+	"reflect"
 	"slices"
 	"strings"
 
@@ -12,8 +13,11 @@ import (
 
 // ErrForm marks a kustomization written in a form the editor will not
 // edit: two keys that kustomize reads as the resources list, a flow
-// mapping, a file kustomize itself refuses. It is a fault of the
-// repository, named with the file by the caller, never of a message.
+// mapping, a "resources:" line kustomize does not read as the key, a file
+// kustomize itself refuses, an edit that would change what kustomize reads
+// beyond the one entry. It is a fault of the repository, named with the
+// file by the caller, never of a message; every refusal of the package is
+// one, so no caller retries a file that cannot change by itself.
 var ErrForm = errors.New("kustomization form the worker does not edit")
 
 // IsForm reports whether err is an ErrForm.
@@ -21,19 +25,57 @@ func IsForm(err error) bool { return errors.Is(err, ErrForm) }
 
 // Listed returns the resources kustomize itself reads from content, as
 // paths: its own decoder (case-insensitive keys, the last of duplicate
-// keys, the deprecated bases appended), so what the editor believes is
-// listed can be checked against what Flux will build.
+// keys, the deprecated bases appended, only the first YAML document), so
+// what the editor believes is listed can be checked against what Flux
+// will build.
 func Listed(content []byte) ([]string, error) {
+	k, err := reading(content)
+	if err != nil {
+		return nil, err
+	}
+	return normalized(k.Resources), nil
+}
+
+// reading is the kustomization as kustomize reads it (krusty decodes the
+// file, then fixes it up the same way).
+func reading(content []byte) (types.Kustomization, error) {
 	var k types.Kustomization
 	if err := k.Unmarshal(content); err != nil {
-		return nil, fmt.Errorf("%w: kustomize cannot read it: %v", ErrForm, err)
+		return k, fmt.Errorf("%w: kustomize cannot read it: %v", ErrForm, err)
 	}
 	k.FixKustomization()
-	out := make([]string, len(k.Resources))
-	for i, r := range k.Resources {
+	return k, nil
+}
+
+func normalized(entries []string) []string {
+	out := make([]string, len(entries))
+	for i, r := range entries {
 		out[i] = Normalize(r)
 	}
-	return out, nil
+	return out
+}
+
+// checkEdit holds an edit to its promise: kustomize reads after exactly as
+// it reads before, but for the resources list, which must be want. Whatever
+// the line editor believed, an edit kustomize would read otherwise is
+// refused, never written.
+func checkEdit(before, after []byte, want []string) error {
+	kb, err := reading(before)
+	if err != nil {
+		return err
+	}
+	ka, err := reading(after)
+	if err != nil {
+		return fmt.Errorf("edited kustomization: %w", err)
+	}
+	if got := normalized(ka.Resources); !slices.Equal(got, want) {
+		return fmt.Errorf("%w: after the edit kustomize would list %v, want %v", ErrForm, got, want)
+	}
+	ka.Resources, kb.Resources = nil, nil
+	if !reflect.DeepEqual(ka, kb) {
+		return fmt.Errorf("%w: the edit would change more of the kustomization than its resources list", ErrForm)
+	}
+	return nil
 }
 
 // isListKey tells whether kustomize reads a top-level key as (part of) the
@@ -44,11 +86,13 @@ func isListKey(key string) bool {
 }
 
 // checkForm holds the line parser's reading b of lines to kustomize's own
-// reading of the file. When they agree and one key holds the list, b
-// stands. When they disagree but one key of a block mapping holds the list
-// (written quoted, spaced, as an explicit "? " key, in another case, as
-// bases), b becomes that key's lines, to be rewritten in block style with
-// kustomize's entries. Anything else is refused by name.
+// reading of the file. When they agree, one key holds the list and the line
+// parser can edit it in place, b stands. When one key of a block mapping
+// holds the list but the line parser reads it otherwise (written quoted,
+// spaced, as an explicit "? " key, in another case, as bases, as a flow or
+// tagged list, or a "resources:" line elsewhere fooled it), b becomes that
+// key's lines as the YAML parser places them, to be rewritten in block
+// style with kustomize's entries. Anything else is refused by name.
 func checkForm(lines []string, b block) (block, error) {
 	content := []byte(strings.Join(lines, ""))
 	listed, err := Listed(content)
@@ -69,36 +113,100 @@ func checkForm(lines []string, b block) (block, error) {
 			"merge them into one resources list", ErrForm, strings.Join(at, " and "))
 	case len(keys) == 1 && mapping.Style&yaml.FlowStyle != 0:
 		return b, fmt.Errorf("%w: the file is a flow mapping ({...}); write it as a block mapping", ErrForm)
+	case len(keys) == 0 && b.key >= 0:
+		// Kustomize reads no list, the line editor would edit one that
+		// kustomize never builds (or text inside another field).
+		return b, fmt.Errorf("%w: line %d starts with \"resources:\", but kustomize does not read it as the resources key: "+
+			"it is %s; kustomize lists %v", ErrForm, b.key+1, whereNotKey(lines, b.key), listed)
+	case len(keys) == 0 && len(listed) > 0:
+		return b, fmt.Errorf("%w: kustomize reads the resources list as %v from a key the editor does not find", ErrForm, listed)
+	case len(keys) == 0:
+		return b, nil // no list at all
 	}
-	if slices.Equal(b.values, listed) && (len(keys) == 0 && b.key < 0 || len(keys) == 1 && keys[0].Line-1 == b.key) {
+	if b.end < 0 && keys[0].Line-1 == b.key && slices.Equal(b.values, listed) {
 		return b, nil
 	}
-	if len(keys) == 0 && len(listed) == 0 {
-		return b, nil // e.g. a "resources" key the YAML parser does not see as one
+	start, end, err := extent(lines, mapping, keys[0])
+	if err != nil {
+		return b, err
 	}
-	if len(keys) != 1 {
-		return b, fmt.Errorf("%w: the editor reads the resources list as %v, kustomize as %v", ErrForm, b.values, listed)
-	}
-	// Rewrite the key's lines: from the key to the last line before the
-	// next key that is neither blank nor a comment.
-	start, end := keys[0].Line-1, len(lines)-1
-	if next := nextKeyLine(mapping, keys[0]); next > 0 {
+	return block{key: start, end: end, indent: "  ", values: listed}, nil
+}
+
+// extent is the lines of the top-level key's entry, as the YAML parser
+// places it: from the key to the last line before the next key, or before
+// the end of the document, that is neither blank nor a comment.
+func extent(lines []string, mapping, key *yaml.Node) (start, end int, err error) {
+	start, end = key.Line-1, len(lines)-1
+	if next := nextKeyLine(mapping, key); next > 0 {
 		end = next - 2
+	} else if d := documentEnd(lines, start+1); d >= 0 {
+		end = d - 1 // kustomize reads only the first document; the rest stays
 	}
-	for end > start {
-		t := strings.TrimSpace(lines[end])
-		if t != "" && !strings.HasPrefix(t, "#") {
-			break
+	for end > start && end < len(lines) {
+		t := strings.TrimSpace(withoutNote(strings.TrimRight(lines[end], "\r\n")))
+		if t != "" && !strings.HasPrefix(t, "#") && !(t == "?" && lines[end][0] == '?') {
+			break // the "?" of the next key when it stands on a line of its own
 		}
 		end--
 	}
 	if start > 0 && strings.TrimSpace(withoutNote(strings.TrimRight(lines[start-1], "\r\n"))) == "?" {
 		start-- // an explicit key whose "?" stands on a line of its own
 	}
-	if start < 0 || start >= len(lines) {
-		return b, fmt.Errorf("%w: the resources key is not where the YAML parser says", ErrForm)
+	if start < 0 || start >= len(lines) || end < start || end >= len(lines) {
+		return 0, 0, fmt.Errorf("%w: the resources key is not where the YAML parser says", ErrForm)
 	}
-	return block{key: start, end: end, indent: "  ", values: listed}, nil
+	return start, end, nil
+}
+
+// isDocumentMarker tells whether line is a document start ("---") or end
+// ("...") marker. At column 0 nothing else can begin so: YAML forbids it
+// inside a quoted scalar and ends a plain one there.
+func isDocumentMarker(line string) bool {
+	line = strings.TrimRight(line, "\r\n")
+	for _, m := range []string{"---", "..."} {
+		if rest, ok := strings.CutPrefix(line, m); ok && (rest == "" || rest[0] == ' ' || rest[0] == '\t') {
+			return true
+		}
+	}
+	return false
+}
+
+// documentEnd is the first line from from on that ends the document, or -1.
+func documentEnd(lines []string, from int) int {
+	for i := from; i < len(lines); i++ {
+		if isDocumentMarker(lines[i]) {
+			return i
+		}
+	}
+	return -1
+}
+
+// firstDocumentEnd is the line of the marker that ends the first document
+// (one after content: a leading "---" starts it), or -1.
+func firstDocumentEnd(lines []string) int {
+	content := false
+	for i, l := range lines {
+		if isDocumentMarker(l) {
+			if content {
+				return i
+			}
+			continue
+		}
+		if t := strings.TrimSpace(strings.TrimPrefix(l, "\ufeff")); t != "" && t[0] != '#' && t[0] != '%' {
+			content = true
+		}
+	}
+	return -1
+}
+
+// whereNotKey says, for the refusal, why a "resources:" line at column 0
+// is no key to kustomize.
+func whereNotKey(lines []string, line int) string {
+	if end := firstDocumentEnd(lines); end >= 0 && end < line {
+		return fmt.Sprintf("in a later YAML document (line %d ends the first, the only one kustomize reads)", end+1)
+	}
+	return "inside a multi-line scalar or a flow collection of another field"
 }
 
 // listKeys returns the top-level keys that kustomize reads as the

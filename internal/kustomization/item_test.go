@@ -90,18 +90,44 @@ func removeLine(lines []string, i int) []string {
 	return slices.Delete(lines, i, i+1)
 }
 
-// FuzzFilter: Filter gives the same bytes as removing the dropped entries'
-// lines one by one from the end.
+// FuzzFilter: of a list the line editor edits in place, Filter gives the
+// same bytes as removing the dropped entries' lines one by one from the
+// end; of any other, kustomize reads the kept entries after it. Either
+// way keep is asked once per entry, in order.
 func FuzzFilter(f *testing.F) {
 	f.Add([]byte("kind: K\nresources:\n  - a.yaml\n  - b.yaml\n  - c.yaml"), byte(2))
 	f.Add([]byte("resources:\r\n- a # x\r\n\r\n- b\r\n"), byte(1))
+	f.Add([]byte("resources: [a,\nb, c]\nnamePrefix: x-\n"), byte(5))
 	f.Fuzz(func(t *testing.T, content []byte, mask byte) {
 		lines := splitLines(content)
 		b, err := parse(lines)
-		if err != nil || len(b.values) == 0 {
+		if err != nil {
+			return
+		}
+		if b, err = checkForm(lines, b); err != nil || len(b.values) == 0 {
 			return
 		}
 		keep := func(i int) bool { return mask&(1<<(i%8)) != 0 }
+		if b.end >= 0 {
+			var want []string
+			for i, v := range b.values {
+				if keep(i) {
+					want = append(want, v)
+				}
+			}
+			n := 0
+			got, _, err := Filter(content, func(string) bool { n++; return keep(n - 1) })
+			if n != len(b.values) {
+				t.Fatalf("Filter asked keep %d times of %d entries", n, len(b.values))
+			}
+			if err != nil {
+				return // refusing is allowed
+			}
+			if l, err := Listed(got); err != nil || !slices.Equal(l, want) {
+				t.Fatalf("after Filter kustomize reads %v (%v), want %v:\n%s", l, err, want, got)
+			}
+			return
+		}
 		var drop []int
 		for i := range b.values {
 			if !keep(i) {

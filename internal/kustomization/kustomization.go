@@ -27,10 +27,11 @@ type block struct {
 	items  []int    // lines of list items, in order
 	values []string // entries, parallel to items, as the paths they name
 	indent string   // indentation of the items ("  " when there are none)
-	// end is the last line of a list the line editor does not edit in
-	// place (a flow list, an alias, items with anchors or aliases), or -1.
-	// Its values come from the YAML parser; an edit first rewrites it in
-	// block style.
+	// end is the last line of a list the line editor does not edit in place
+	// (a flow list, an alias, a tag, items with anchors or aliases, a key
+	// written otherwise than "resources:"), or -1. Its extent and values
+	// come from the YAML parser (see checkForm); an edit first rewrites it
+	// in block style.
 	end int
 }
 
@@ -112,10 +113,11 @@ func read(content []byte) (parsedFile, [32]byte, error) {
 	if err != nil {
 		return parsedFile{}, sum, err
 	}
-	if !verified.has(sum) {
+	if !verified.has(sum) || b.end >= 0 {
 		// Content first seen: what the line parser read must be what
 		// kustomize reads, or the edit would change the list kustomize
-		// builds in a way nobody asked for.
+		// builds in a way nobody asked for. An irregular list gets its
+		// extent from the YAML parser there.
 		if b, err = checkForm(lines, b); err != nil {
 			return parsedFile{}, sum, err
 		}
@@ -180,13 +182,13 @@ func Add(content []byte, entry string) ([]byte, bool, error) {
 	if slices.Contains(b.values, Normalize(entry)) {
 		return content, false, nil
 	}
-	if b.end >= 0 {
-		out, err := rewrite(lines, b)
-		if err != nil {
-			return nil, false, err
-		}
-		out, _, err = Add(out, entry)
-		return out, true, err
+	// checked: the line parser's reading of content is kustomize's, so
+	// an edit of the list's own lines needs only those lines checked.
+	checked := verified.has(sum)
+	rewritten := b.end >= 0
+	if rewritten {
+		lines, b = regular(lines, b)
+		checked = false
 	}
 	item := b.indent + "- " + entry
 	switch {
@@ -200,6 +202,15 @@ func Add(content []byte, entry string) ([]byte, bool, error) {
 		}
 		lines = insertAfter(lines, b.key, item)
 	default:
+		if at := firstDocumentEnd(lines); at >= 0 {
+			// Kustomize reads only the first document: the list goes at its end.
+			nl := lineEnding(lines[at])
+			if nl == "" {
+				nl = "\n"
+			}
+			lines = slices.Insert(lines, at, "resources:"+nl, item+nl)
+			break
+		}
 		if n := len(lines); n > 0 && !strings.HasSuffix(lines[n-1], "\n") {
 			lines[n-1] += "\n"
 		}
@@ -208,7 +219,7 @@ func Add(content []byte, entry string) ([]byte, bool, error) {
 	out := []byte(strings.Join(lines, ""))
 	want := append(b.values, Normalize(entry))
 	outSum := sha256.Sum256(out)
-	if len(b.items) > 0 && verified.has(sum) {
+	if len(b.items) > 0 && checked {
 		// The file was checked as YAML before; the edit adds one line after
 		// its last entry. Checking that line in that context is enough.
 		last := b.items[len(b.items)-1]
@@ -220,12 +231,17 @@ func Add(content []byte, entry string) ([]byte, bool, error) {
 		remember(out, outSum, lines, b, want)
 		return out, true, nil
 	}
-	if err := verify(out, want); err != nil {
+	if err := checkEdit(content, out, want); err != nil {
 		return nil, false, err
 	}
-	verified.add(outSum)
-	if len(b.items) > 0 {
-		remember(out, outSum, lines, b, want)
+	if !rewritten {
+		// The line parser reads out as b plus the new line: kustomize's
+		// reading, just checked. (After a rewrite a "resources:" line
+		// elsewhere may still fool it: the next read checks again.)
+		verified.add(outSum)
+		if len(b.items) > 0 {
+			remember(out, outSum, lines, b, want)
+		}
 	}
 	return out, true, nil
 }
@@ -263,30 +279,26 @@ func Filter(content []byte, keep func(entry string) bool) ([]byte, bool, error) 
 	if err != nil {
 		return nil, false, err
 	}
-	if p.block.end >= 0 {
-		if !slices.ContainsFunc(p.block.values, func(v string) bool { return !keep(v) }) {
-			return content, false, nil
-		}
-		out, err := rewrite(slices.Clone(p.lines), p.block)
-		if err != nil {
-			return nil, false, err
-		}
-		out, _, err = Filter(out, keep)
-		return out, true, err
-	}
-	drop := make([]bool, len(p.lines))
-	dropped := 0
+	// keep is asked once per entry, in order: callers count with it.
+	keeps := make([]bool, len(p.block.values))
 	var kept []string
 	for i, v := range p.block.values {
-		if keep(v) {
+		if keeps[i] = keep(v); keeps[i] {
 			kept = append(kept, v)
-		} else {
-			drop[p.block.items[i]] = true
-			dropped++
 		}
 	}
-	if dropped == 0 {
+	if len(kept) == len(keeps) {
 		return content, false, nil
+	}
+	checked := verified.has(sum)
+	rewritten := p.block.end >= 0
+	if rewritten {
+		p.lines, p.block = regular(p.lines, p.block)
+		checked = false
+	}
+	drop := make([]bool, len(p.lines))
+	for i, k := range keeps {
+		drop[p.block.items[i]] = !k
 	}
 	last := len(p.lines) - 1
 	lastKept := -1
@@ -313,16 +325,18 @@ func Filter(content []byte, keep func(entry string) bool) ([]byte, bool, error) 
 	text := sb.String()
 	out := []byte(text)
 	outSum := sha256.Sum256(out)
-	if verified.has(sum) {
+	if checked {
 		// Whole entry lines left a list checked as YAML before: the rest of
 		// the list, and of the file, means what it meant.
 		verified.add(outSum)
 		return out, true, nil
 	}
-	if err := verify(out, kept); err != nil {
+	if err := checkEdit(content, out, kept); err != nil {
 		return nil, false, err
 	}
-	verified.add(outSum)
+	if !rewritten {
+		verified.add(outSum)
+	}
 	return out, true, nil
 }
 
@@ -342,18 +356,10 @@ func parse(lines []string) (block, error) {
 			break
 		}
 		if strings.HasPrefix(text, "resources:") {
-			// A flow list or an alias: its extent is the lines that follow
-			// until the next top-level key.
+			// A flow list, an alias, a tag: where it ends only the YAML
+			// parser can tell (entries of a flow list may even start at
+			// column 0), so checkForm sets its extent.
 			b.key, b.end = i, i
-			for j := i + 1; j < len(lines); j++ {
-				t := strings.TrimRight(lines[j], "\r\n")
-				if t != "" && t[0] != ' ' && t[0] != '\t' && t[0] != ']' && t[0] != ',' && t[0] != '#' {
-					break
-				}
-				if strings.TrimSpace(t) != "" && !strings.HasPrefix(strings.TrimSpace(t), "#") {
-					b.end = j
-				}
-			}
 			return irregular(lines, b)
 		}
 	}
@@ -400,31 +406,33 @@ func irregular(lines []string, b block) (block, error) {
 	return b, nil
 }
 
-// rewrite replaces the lines of an irregular list (b.key to b.end) with the
-// same entries in block style, keeping every other line and the comment of
-// the key line. The rest of the file means what it meant: anchors of the
-// list are dropped only with the list itself.
-func rewrite(lines []string, b block) ([]byte, error) {
+// regular replaces the lines of an irregular list (b.key to b.end) with
+// the same entries in block style, and returns the new lines and the list
+// as the line editor edits it in place. Every other line is kept, and a
+// byte order mark or a missing final newline with it; comments inside the
+// list and its anchors go with the list (a use of those anchors elsewhere
+// makes the edit fail its check).
+func regular(lines []string, b block) ([]string, block) {
 	nl := lineEnding(lines[b.key])
 	if nl == "" {
 		nl = "\n"
 	}
-	var sb strings.Builder
-	for _, l := range lines[:b.key] {
-		sb.WriteString(l)
+	key := "resources:"
+	if b.key == 0 && strings.HasPrefix(lines[0], "\ufeff") {
+		key = "\ufeff" + key
 	}
-	sb.WriteString("resources:" + nl)
+	out := make([]string, 0, len(lines)-(b.end-b.key)+len(b.values))
+	out = append(out, lines[:b.key]...)
+	r := block{key: len(out), indent: "  ", values: b.values, end: -1}
+	out = append(out, key+nl)
 	for _, v := range b.values {
-		sb.WriteString("  - " + v + nl)
+		r.items = append(r.items, len(out))
+		out = append(out, "  - "+v+nl)
 	}
-	for _, l := range lines[b.end+1:] {
-		sb.WriteString(l)
+	if b.end == len(lines)-1 && lineEnding(lines[b.end]) == "" {
+		out[len(out)-1] = strings.TrimRight(out[len(out)-1], "\r\n")
 	}
-	out := []byte(sb.String())
-	if got, err := Listed(out); err != nil || !slices.Equal(got, b.values) {
-		return nil, fmt.Errorf("rewriting the resources list in block style would change it (%v): %v", got, err)
-	}
-	return out, nil
+	return append(out, lines[b.end+1:]...), r
 }
 
 // listItemOf splits a block-sequence line "<indent>- <value>" (the value
@@ -511,15 +519,15 @@ func (h *hashSet) add(sum [32]byte) {
 	}
 }
 
-// verify re-reads the edited file as YAML, so a bug in the text editing can
-// never write a kustomization that means something other than intended.
+// verify re-reads (a piece of) the edited file as kustomize does, so a bug
+// in the text editing can never write a list other than the one intended.
 func verify(content []byte, want []string) error {
 	got, err := Listed(content)
 	if err != nil {
-		return fmt.Errorf("edited kustomization does not parse: %w", err)
+		return fmt.Errorf("edited kustomization: %w", err)
 	}
-	if !slices.Equal(got, want) && !(len(got) == 0 && len(want) == 0) {
-		return fmt.Errorf("edited kustomization lists %v, want %v", got, want)
+	if !slices.Equal(got, want) {
+		return fmt.Errorf("%w: after the edit kustomize would list %v, want %v", ErrForm, got, want)
 	}
 	return nil
 }

@@ -126,6 +126,18 @@ func TestForms(t *testing.T) {
 		"escaped key":               head + "\"reso\\u0075rces\":\n  - dummy-configmap.yaml\n  - t1.yaml\n",
 		"deprecated bases":          head + "bases:\n  - dummy-configmap.yaml\n  - t1.yaml\n# keep me too\nnamePrefix: x-\n",
 		"quoted key, comment after": head + "\"resources\": # the list\n  - dummy-configmap.yaml\n  - t1.yaml\n\n# keep me too\nnamePrefix: x-\n",
+		// Lists whose end only the YAML parser can tell.
+		"flow list, entries at column 0": head + "resources: [\n\"dummy-configmap.yaml\",\n\"t1.yaml\"\n]\n# keep me too\nnamePrefix: x-\n",
+		"tagged compact list":            head + "resources: !!seq\n- dummy-configmap.yaml\n- t1.yaml\n",
+		"tagged list, no final newline":  head + "resources: !!seq\n  - dummy-configmap.yaml\n  - t1.yaml",
+		"explicit next key, own line":    head + "resources: [dummy-configmap.yaml,\n  t1.yaml]\n?\n  namePrefix\n: x-\n",
+		// Kustomize reads only the first YAML document: the rest is kept.
+		"second document after":            head + "resources:\n  - dummy-configmap.yaml\n  - t1.yaml\n---\n# keep me too\nnamePrefix: x-\n",
+		"flow list, second document after": head + "resources: [dummy-configmap.yaml,\nt1.yaml]\n...\n---\nresources: [namePrefix: x-]\n",
+		"no resources, document end after": head + "---\n# keep me too\nnamePrefix: x-\n",
+		// A "resources:" line inside a quoted scalar, the list under bases:
+		// the list is rewritten once, the scalar left alone.
+		"resources: line in a scalar, list under bases": head + "namePrefix: \"x-\nresources:\n  - t3.yaml\n\"\nbases:\n  - dummy-configmap.yaml\n  - t1.yaml\n",
 	} {
 		t.Run(name, func(t *testing.T) {
 			before, err := Listed([]byte(content))
@@ -141,6 +153,13 @@ func TestForms(t *testing.T) {
 				after, err := Listed(out)
 				if err != nil || !slices.Equal(after, want) {
 					t.Fatalf("%s: lists %v (%v), want %v:\n%s", op, after, err, want, out)
+				}
+				// Kustomize reads every other field as before.
+				kb, _ := reading([]byte(content))
+				ka, _ := reading(out)
+				kb.Resources, ka.Resources = nil, nil
+				if !reflect.DeepEqual(ka, kb) {
+					t.Fatalf("%s changed more than the resources list: %+v, was %+v:\n%s", op, ka, kb, out)
 				}
 				for _, keep := range []string{"# keep me", "kind: Kustomization", "namePrefix: x-"} {
 					if strings.Contains(content, keep) && !strings.Contains(string(out), keep) {
@@ -178,7 +197,13 @@ func TestForms(t *testing.T) {
 // TestFormsRefused: forms in which kustomize reads the list from a key the
 // editor cannot hold to one place are refused by name, and nothing is
 // written: two keys that kustomize reads as one list (it keeps only one),
-// a flow mapping, a merge key.
+// a flow mapping, a merge key. So are "resources:" lines kustomize does
+// not read as the key, in a later YAML document (kustomize reads only the
+// first) or inside a multi-line quoted scalar: the line editor would edit
+// a list kustomize never builds, or the text of another field (a
+// namePrefix, which renames every object). Every refusal is ErrForm, a
+// fault of the repository that pauses the worker and names the file,
+// never an error a message is retried for.
 func TestFormsRefused(t *testing.T) {
 	const head = "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\n"
 	for name, content := range map[string]string{
@@ -191,6 +216,11 @@ func TestFormsRefused(t *testing.T) {
 		"multi-line flow mapping":         "{\n  kind: Kustomization,\n  resources: [\n    dummy-configmap.yaml, t1.yaml]\n}\n",
 		"merge key":                       head + "<<: {namePrefix: x-}\nresources:\n  - t1.yaml\n",
 		"a field kustomize does not know": head + "resources:\n  - t1.yaml\nresourcez:\n  - t2.yaml\n",
+		"list in a second document":       head + "---\nresources:\n  - dummy-configmap.yaml\n  - t1.yaml\n",
+		"list after a document end":       "kind: Kustomization\n...\n---\nresources:\n  - dummy-configmap.yaml\n  - t1.yaml\n",
+		"list inside a quoted scalar":     head + "namePrefix: \"a\nresources:\n  - t1.yaml\n b\"\n",
+		"whole list in a quoted scalar":   "namePrefix: \"\nresources:\n- dummy-configmap.yaml\n- t1.yaml\n\"\n",
+		"empty list in a quoted scalar":   head + "namePrefix: \"a\nresources: []\n\"\n",
 	} {
 		t.Run(name, func(t *testing.T) {
 			for op, edit := range map[string]func([]byte, string) ([]byte, bool, error){"Add": Add, "Remove": Remove} {

@@ -71,6 +71,10 @@ type Result struct {
 	// Recorded is true when what the message asks for was in place and the
 	// pushed commit only records it in the ledger.
 	Recorded bool
+	// Held is true when the pushed commit only records the message in the
+	// ledger, to be carried out when a message sent before it arrives (see
+	// gitops.Change.Held).
+	Held bool
 	// Commit is the pushed commit, or the branch head for a no-op.
 	Commit plumbing.Hash
 	// Message is the commit message subject.

@@ -46,7 +46,7 @@ func (b *batch) applyJob(ctx context.Context, i int) {
 		return
 	}
 	res.Message = plan.Message
-	res.Duplicate, res.Stale, res.Recorded = plan.Duplicate, plan.Stale, plan.Recorded
+	res.Duplicate, res.Stale, res.Recorded, res.Held = plan.Duplicate, plan.Stale, plan.Recorded, plan.Held
 	if plan.Empty() {
 		res.Commit = b.tip
 		return
@@ -91,7 +91,7 @@ func (b *batch) applyJob(ctx context.Context, i int) {
 		// What Flux would apply must change as the message asks, and in
 		// nothing else: checked for every job, on the commit it makes.
 		err = b.timed(StepIntent, func() error {
-			if err := b.p.intent.Check(before, after, job.Request, paths); err != nil {
+			if err := b.p.intent.Check(before, after, job.Request, paths, plan.Also...); err != nil {
 				return b.unintended(before, job, err)
 			}
 			return nil

@@ -29,8 +29,10 @@ type Event struct {
 	Kind     string `json:"kind"`
 	TenantID string `json:"tenant_id"`
 	Tier     string `json:"tier"`
-	// Outcome is applied (a commit was pushed), noop (already done) or
-	// rejected (never will be: see Reason and Error).
+	// Outcome is applied (a commit was pushed), noop (already done), stale
+	// (sent before the last change to what it names), held (recorded until
+	// a message sent before it arrives: Error says which) or rejected
+	// (never will be: see Reason and Error).
 	Outcome string `json:"outcome"`
 	Reason  string `json:"reason"`
 	Error   string `json:"error"`

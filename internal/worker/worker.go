@@ -31,12 +31,13 @@ const (
 	OutcomeApplied  = "applied"  // a commit was pushed
 	OutcomeNoop     = "noop"     // already carried out (perhaps recorded in the ledger)
 	OutcomeStale    = "stale"    // sent before the last change applied to what it names: changes nothing
+	OutcomeHeld     = "held"     // recorded, to be carried out by a message sent before it, still on its way
 	OutcomeRejected = "rejected" // a bad message: dead-lettered or deleted
 	OutcomeRetry    = "retry"    // not finished: left for redelivery
 )
 
 // Outcomes lists every outcome.
-var Outcomes = []string{OutcomeApplied, OutcomeNoop, OutcomeStale, OutcomeRejected, OutcomeRetry}
+var Outcomes = []string{OutcomeApplied, OutcomeNoop, OutcomeStale, OutcomeHeld, OutcomeRejected, OutcomeRetry}
 
 // Applier carries out jobs; *pipeline.Pipeline is one.
 type Applier interface {
@@ -315,6 +316,9 @@ func (w *Worker) settled(d *delivery, queueName string, res pipeline.Result) (st
 	case res.Stale:
 		ev.Time("sent_at", m.SentAt).Msg("stale: sent before the last change applied to what it names; nothing to do")
 		return OutcomeStale, queue.Disposition{Action: queue.Ack}
+	case res.Held && res.Applied:
+		ev.Str("commit_message", res.Message).Msg("held in the ledger until a message sent before it arrives")
+		return OutcomeHeld, queue.Disposition{Action: queue.Ack, Detail: res.Message}
 	case res.Recorded && res.Applied:
 		ev.Str("commit_message", res.Message).Msg("already carried out; recorded in the ledger")
 		return OutcomeNoop, queue.Disposition{Action: queue.Ack}
