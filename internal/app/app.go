@@ -158,7 +158,13 @@ func Run(ctx context.Context, c Config) error {
 	if err != nil {
 		return nil // ctx ended while starting: a clean stop
 	}
-	log.Info().Str("repo", o.GitRepoURL).Str("branch", o.GitBranch).Str("head", repo.Head().String()).Msg("repository ready")
+	log.Info().Str("repo", o.GitRepoURL).Str("branch", o.GitBranch).Str("head", repo.Head().String()).
+		Str("ledger_branch", o.GitLedgerBranch).Str("ledger_head", repo.LedgerHead().String()).Msg("repository ready")
+	// The ledger moves with the branch in one atomic push: a server that
+	// cannot do that would leave one moved without the other.
+	if atomic, err := repo.SupportsAtomic(ctx); err == nil && !atomic {
+		return fmt.Errorf("%s: %w", o.GitRepoURL, gitrepo.ErrNoAtomic)
+	}
 
 	// The queues first: the ledger keeps what the longest retention of
 	// them could still deliver.
@@ -292,7 +298,7 @@ func retry(ctx context.Context, what string, fn func() error) error {
 // RepoOptions are the clone settings of o, with its credentials.
 func RepoOptions(o wconfig.Options, creds credentials.Provider) gitrepo.Options {
 	return gitrepo.Options{
-		URL: o.GitRepoURL, Branch: o.GitBranch, Credentials: creds, Dir: o.GitCloneDir,
+		URL: o.GitRepoURL, Branch: o.GitBranch, LedgerBranch: o.GitLedgerBranch, Credentials: creds, Dir: o.GitCloneDir,
 		AuthorName: o.GitAuthorName, AuthorEmail: o.GitAuthorEmail, Timeout: o.GitTimeout,
 	}
 }

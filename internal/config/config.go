@@ -28,11 +28,14 @@ type Options struct {
 	OffboardingQueue string
 	DeploymentQueue  string
 
-	GitRepoURL   string
-	GitBranch    string
-	GitUsername  string
-	GitToken     string
-	GitTokenFile string
+	GitRepoURL string
+	GitBranch  string
+	// GitLedgerBranch holds the worker's ledger, moved with GitBranch in
+	// one atomic push; Flux never reads it.
+	GitLedgerBranch string
+	GitUsername     string
+	GitToken        string
+	GitTokenFile    string
 	// GitSigningKeyFile holds an armored OpenPGP or an OpenSSH private key;
 	// when set, every commit is signed with it.
 	// GitSSHKeyFile, with GitKnownHostsFile, authenticates an ssh:// or
@@ -91,6 +94,7 @@ func Default() Options {
 		OffboardingQueue:   "argoworkflows-offboarding-queue",
 		DeploymentQueue:    "argoworkflows-deployment-queue",
 		GitBranch:          "main",
+		GitLedgerBranch:    "tenant-worker/ledger",
 		GitUsername:        "admin",
 		GitAuthorName:      "admin",
 		GitAuthorEmail:     "admin@example.com",
@@ -168,6 +172,7 @@ func (o *Options) BindGroups(fs *flag.FlagSet, getenv func(string) string, group
 	if groups&Git != 0 {
 		str(&o.GitRepoURL, "git-repo-url", "GIT_REPO_URL", "GitOps repository URL, without credentials (required)")
 		str(&o.GitBranch, "git-branch", "GIT_BRANCH", "branch Flux watches")
+		str(&o.GitLedgerBranch, "git-ledger-branch", "GIT_LEDGER_BRANCH", "branch holding the worker's ledger (send times, message ids), moved with GIT_BRANCH in one atomic push")
 		str(&o.GitUsername, "git-username", "GIT_USERNAME", "user name sent with the token")
 		str(&o.GitTokenFile, "git-token-file", "GIT_TOKEN_FILE", "file holding the git token (or set GIT_TOKEN; there is no token flag)")
 		str(&o.GitSSHKeyFile, "git-ssh-key-file", "GIT_SSH_KEY_FILE", "OpenSSH private key (a deploy key) for an ssh:// or user@host:path GIT_REPO_URL")
@@ -268,6 +273,10 @@ func (o *Options) ValidateGroups(groups Group) error {
 	need(o.OffboardingQueue, "OFFBOARDING_QUEUE")
 	need(o.DeploymentQueue, "DEPLOYMENT_QUEUE")
 	need(o.GitBranch, "GIT_BRANCH")
+	need(o.GitLedgerBranch, "GIT_LEDGER_BRANCH")
+	if o.GitLedgerBranch != "" && (o.GitLedgerBranch == o.GitBranch || strings.HasPrefix(o.GitBranch, o.GitLedgerBranch)) {
+		errs = append(errs, fmt.Errorf("GIT_LEDGER_BRANCH %q must be another branch than GIT_BRANCH %q, and not a prefix of it", o.GitLedgerBranch, o.GitBranch))
+	}
 	need(o.GitAuthorName, "GIT_AUTHOR_NAME")
 	need(o.GitAuthorEmail, "GIT_AUTHOR_EMAIL")
 	if groups&Git != 0 {

@@ -21,7 +21,7 @@ func try(t *testing.T, m fstest.MapFS, x msg) (Change, error) {
 		t.Fatal(err)
 	}
 	c, err := layout.PlanAt(FS{m}, req, Stamp{MessageID: x.id, Sent: t0.Add(time.Duration(x.sent) * time.Second),
-		Now: t0.Add(time.Hour), Retention: 4 * 24 * time.Hour})
+		Now: t0.Add(time.Hour), Retention: 4 * 24 * time.Hour, Ledger: records(m)})
 	if err == nil {
 		apply(m, c)
 	}

@@ -27,9 +27,14 @@ func IsBroken(err error) bool { return errors.Is(err, ErrBroken) }
 
 // Change is what a request does to the repository.
 type Change struct {
-	// Files maps a path to its new content; a nil value deletes the file.
-	// An empty map means the request is already carried out.
+	// Files maps a path of the branch Flux reads to its new content; a nil
+	// value deletes the file. An empty map means the request is already
+	// carried out.
 	Files map[string][]byte
+	// Ledger maps a path of the ledger branch to its new content (nil
+	// deletes a file or a folder): the records of the message, written with
+	// Files in one atomic push. Only a request with a send time has any.
+	Ledger map[string][]byte
 	// Message is the commit message, in the reference platform's wording.
 	Message string
 	// Duplicate: the message was applied already (its id is in the ledger).
@@ -50,10 +55,11 @@ type Change struct {
 	Also []message.Request
 }
 
-// Empty reports whether the change is a no-op.
-func (c Change) Empty() bool { return len(c.Files) == 0 }
+// Empty reports whether the change is a no-op: nothing to write on either
+// branch.
+func (c Change) Empty() bool { return len(c.Files) == 0 && len(c.Ledger) == 0 }
 
-// Paths lists the changed paths, sorted.
+// Paths lists the changed paths of the branch Flux reads, sorted.
 func (c Change) Paths() []string {
 	paths := make([]string, 0, len(c.Files))
 	for p := range c.Files {
@@ -66,6 +72,9 @@ func (c Change) Paths() []string {
 // Stamp is what the ledger needs of the message a request came from.
 type Stamp struct {
 	MessageID string
+	// Ledger reads the ledger branch as the change is built on (nil: the
+	// branch does not exist yet, an empty ledger).
+	Ledger ledger.Reader
 	// Sent is SQS's SentTimestamp; zero keeps no ledger (a dry run of a
 	// request that came from no queue).
 	Sent time.Time
@@ -74,11 +83,6 @@ type Stamp struct {
 	Now       time.Time
 	Retention time.Duration
 }
-
-// pruneSlack lets ledger records outlive the retention period by a day, so
-// the files are pruned once a day rather than edited at both ends by every
-// commit.
-const pruneSlack = 24 * time.Hour
 
 // Plan computes the change that carries out req on the snapshot r, without
 // a ledger. Errors caused by the request are reject.Error; others are
@@ -102,13 +106,13 @@ func (l Layout) PlanAt(r Reader, req message.Request, st Stamp) (Change, error) 
 	// a message applied already, or sent before the last change to what it
 	// names, is told so even when its tier or tenant is gone since.
 	if !st.Sent.IsZero() {
-		if p.ledger, err = l.readLedger(r); err != nil {
-			return Change{}, err
-		}
-		if st.MessageID != "" && p.ledger.Seen(st.MessageID) {
+		p.ledger, p.sent = ledger.Open(st.Ledger), st.Sent.UnixMilli()
+		if st.MessageID != "" && p.ledger.Seen(st.MessageID, p.sent) {
+			if err := p.ledger.Err(); err != nil {
+				return Change{}, ledgerError(err)
+			}
 			return Change{Duplicate: true}, nil
 		}
-		p.sent = st.Sent.UnixMilli()
 	}
 	switch req.Kind {
 	case message.Onboarding:
@@ -120,6 +124,11 @@ func (l Layout) PlanAt(r Reader, req message.Request, st Stamp) (Change, error) 
 	default:
 		err = fmt.Errorf("unknown request kind %q", req.Kind)
 	}
+	if p.ledger != nil {
+		if lerr := p.ledger.Err(); lerr != nil {
+			return Change{}, ledgerError(lerr) // decided on records that could not be read
+		}
+	}
 	if err != nil {
 		return Change{}, err
 	}
@@ -129,66 +138,30 @@ func (l Layout) PlanAt(r Reader, req message.Request, st Stamp) (Change, error) 
 	if p.touched == 0 && p.stale > 0 {
 		return Change{Stale: true, Message: p.message}, nil
 	}
-	changed := len(p.files) > 0
 	if st.MessageID != "" {
 		p.ledger.Note(st.MessageID, p.sent)
 	}
 	if st.Retention > 0 {
-		p.ledger.Prune(st.Now.Add(-st.Retention).UnixMilli(), pruneSlack.Milliseconds())
+		p.ledger.Prune(st.Now.Add(-st.Retention).UnixMilli())
 	}
-	if err := p.writeLedger(); err != nil {
-		return Change{}, err
+	if err := p.ledger.Err(); err != nil {
+		return Change{}, ledgerError(err)
 	}
-	c := Change{Files: p.files, Message: p.message, Also: p.also}
+	c := Change{Files: p.files, Ledger: p.ledger.Changes(), Message: p.message, Also: p.also}
 	switch {
-	case changed:
+	case len(c.Files) > 0:
 	case p.held:
 		c.Recorded, c.Held = true, true
-	case len(p.files) > 0:
+	case len(c.Ledger) > 0:
 		c.Recorded, c.Message = true, "Already in place: "+p.message
 	}
 	return c, nil
 }
 
-// LedgerFiles are the ledger's paths in the repository.
-func (l Layout) LedgerFiles() (targets, messages string) {
-	return path.Join(l.Root, ledger.TargetsFile), path.Join(l.Root, ledger.MessagesFile)
-}
-
-func (l Layout) readLedger(r Reader) (*ledger.Ledger, error) {
-	tp, mp := l.LedgerFiles()
-	var files [2][]byte
-	for i, name := range []string{tp, mp} {
-		b, err := r.ReadFile(name)
-		if err != nil && !errors.Is(err, fs.ErrNotExist) {
-			return nil, fmt.Errorf("read %s: %w", name, err)
-		}
-		files[i] = b
-	}
-	led, err := ledger.Parse(files[0], files[1])
-	if err != nil {
-		return nil, fmt.Errorf("%w: %v", ErrBroken, err)
-	}
-	return led, nil
-}
-
-// writeLedger puts the ledger's files in the change where they differ.
-func (p *planner) writeLedger() error {
-	tp, mp := p.LedgerFiles()
-	t, m := p.ledger.Files()
-	for _, f := range []struct {
-		name    string
-		content []byte
-	}{{tp, t}, {mp, m}} {
-		cur, err := p.r.ReadFile(f.name)
-		if err != nil && !errors.Is(err, fs.ErrNotExist) {
-			return fmt.Errorf("read %s: %w", f.name, err)
-		}
-		if !bytes.Equal(cur, f.content) {
-			p.files[f.name] = f.content
-		}
-	}
-	return nil
+// ledgerError is a ledger branch that cannot be read: a fault of the
+// repository (someone edited it by hand), which no message can get past.
+func ledgerError(err error) error {
+	return fmt.Errorf("%w: the ledger branch: %v", ErrBroken, err)
 }
 
 // release is the release a tenant onboarded into tier by a message sent

@@ -1,6 +1,7 @@
 package gitops
 
 import (
+	"github.com/tenant-worker/tenant-worker/internal/ledger"
 	"io/fs"
 	"os"
 	"os/exec"
@@ -26,6 +27,11 @@ func seed(t *testing.T) fstest.MapFS {
 	return m
 }
 
+// ledgerDir is where the tests keep the ledger branch's tree: in the one
+// folder of the branch that the collision check passes over (where the
+// ledger was kept before it had a branch).
+var ledgerDir = path.Join(templates.Root, ledger.LegacyDir)
+
 func apply(m fstest.MapFS, c Change) {
 	for p, b := range c.Files {
 		if b == nil {
@@ -34,6 +40,24 @@ func apply(m fstest.MapFS, c Change) {
 			m[p] = &fstest.MapFile{Data: b}
 		}
 	}
+	for p, b := range c.Ledger {
+		p = path.Join(ledgerDir, p)
+		if b != nil {
+			m[p] = &fstest.MapFile{Data: b}
+			continue
+		}
+		for q := range m {
+			if q == p || strings.HasPrefix(q, p+"/") {
+				delete(m, q)
+			}
+		}
+	}
+}
+
+// records reads the ledger branch's tree the tests keep in m.
+func records(m fstest.MapFS) FS {
+	sub, _ := fs.Sub(m, ledgerDir)
+	return FS{sub}
 }
 
 func plan(t *testing.T, m fstest.MapFS, kind message.Kind, body string) (Change, error) {

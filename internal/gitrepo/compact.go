@@ -63,6 +63,11 @@ func (r *Repo) compact() error {
 	if err := copyCommit(src, dst, r.head); err != nil {
 		return fmt.Errorf("compact clone: %w", err)
 	}
+	if !r.ledgerHead.IsZero() {
+		if err := copyCommit(src, dst, r.ledgerHead); err != nil {
+			return fmt.Errorf("compact clone: %w", err)
+		}
+	}
 	cfg, err := r.repo.Config()
 	if err != nil {
 		return fmt.Errorf("compact clone: %w", err)
@@ -72,6 +77,11 @@ func (r *Repo) compact() error {
 	}
 	if err := dst.SetReference(plumbing.NewHashReference(r.trackingRef(), r.head)); err != nil {
 		return fmt.Errorf("compact clone: %w", err)
+	}
+	if !r.ledgerHead.IsZero() {
+		if err := dst.SetReference(plumbing.NewHashReference(r.ledgerTrackingRef(), r.ledgerHead)); err != nil {
+			return fmt.Errorf("compact clone: %w", err)
+		}
 	}
 	if r.opts.Dir != "" {
 		if err := os.RemoveAll(r.opts.Dir); err != nil {

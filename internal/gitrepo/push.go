@@ -62,27 +62,49 @@ func (r *Repo) newObjects(parent, tip plumbing.Hash) ([]plumbing.Hash, map[plumb
 	return all, bases, true
 }
 
+// Move is the update of one ref: from Old (zero: the ref does not exist)
+// to New. A Move with Old == New leaves the ref alone.
+type Move struct{ Old, New plumbing.Hash }
+
+func (m Move) moves() bool { return m.Old != m.New }
+
 // Push makes commit the remote branch, provided the branch is still at
-// parent (a compare-and-swap: never a force push). A lost race is
-// ErrConflict. The pack sent holds only the objects this Repo wrote for the
-// new commits, so its cost follows the size of the change, not the history.
+// parent: PushRefs with the ledger branch left alone.
+func (r *Repo) Push(ctx context.Context, parent, commit plumbing.Hash) error {
+	return r.PushRefs(ctx, Move{parent, commit}, Move{r.ledgerHead, r.ledgerHead})
+}
+
+// PushRefs moves the branch and the ledger branch, each provided it is
+// still at its Old commit, in one push that the server applies whole or
+// not at all (git's atomic capability): a compare-and-swap of both, never
+// a force push. A lost race is ErrConflict. The pack sent holds only the
+// objects this Repo wrote for the new commits, so its cost follows the
+// size of the change, not the history. A server that cannot move two refs
+// atomically is refused (ErrNoAtomic) rather than left with one moved.
 //
 // What happened is decided by the server's state, not by the wording of its
-// answer: after a push that failed, or whose report did not come, the
-// branch is read back. At commit, the push landed; moved elsewhere, another
-// writer won the race; still at parent, the push failed.
-func (r *Repo) Push(ctx context.Context, parent, commit plumbing.Hash) error {
-	err := r.send(ctx, parent, commit)
-	if err != nil && !IsAuth(err) && !IsConflict(err) {
+// answer: after a push that failed, or whose report did not come, both
+// refs are read back. At the new commits, the push landed; moved
+// elsewhere, another writer won the race; still at the old ones, the push
+// failed.
+func (r *Repo) PushRefs(ctx context.Context, main, ledger Move) error {
+	if !main.moves() && !ledger.moves() {
+		return nil
+	}
+	if ledger.moves() && r.opts.LedgerBranch == "" {
+		return errors.New("push: no ledger branch is configured")
+	}
+	err := r.send(ctx, main, ledger)
+	if err != nil && !IsAuth(err) && !IsConflict(err) && !errors.Is(err, ErrNoAtomic) {
 		// A renamed repository answers its old URL with a redirect.
 		if moved, merr := r.relocate(ctx); merr != nil {
 			err = errors.Join(err, merr)
 		} else if moved {
-			err = r.send(ctx, parent, commit)
+			err = r.send(ctx, main, ledger)
 		}
 	}
-	if err != nil {
-		err = r.decide(ctx, parent, commit, r.classify("push "+r.url(), err))
+	if err != nil && !errors.Is(err, ErrNoAtomic) {
+		err = r.decide(ctx, main, ledger, r.classify("push "+r.url(), err))
 	}
 	if err != nil {
 		if !IsConflict(err) {
@@ -92,21 +114,45 @@ func (r *Repo) Push(ctx context.Context, parent, commit plumbing.Hash) error {
 		}
 		return err
 	}
-	r.head = commit
-	if err := r.repo.Storer.SetReference(plumbing.NewHashReference(r.trackingRef(), commit)); err != nil {
+	r.head = main.New
+	if err := r.repo.Storer.SetReference(plumbing.NewHashReference(r.trackingRef(), main.New)); err != nil {
 		return fmt.Errorf("record pushed head: %w", err)
 	}
-	r.mu.Lock()
-	for c := commit; c != parent; {
-		w, ok := r.written[c]
-		if !ok {
-			break
+	if ledger.moves() {
+		r.ledgerHead = ledger.New
+		if err := r.repo.Storer.SetReference(plumbing.NewHashReference(r.ledgerTrackingRef(), ledger.New)); err != nil {
+			return fmt.Errorf("record pushed ledger head: %w", err)
 		}
-		delete(r.written, c)
-		c = w.parent
+	}
+	r.mu.Lock()
+	for _, m := range []Move{main, ledger} {
+		for c := m.New; c != m.Old; {
+			w, ok := r.written[c]
+			if !ok {
+				break
+			}
+			delete(r.written, c)
+			c = w.parent
+		}
 	}
 	r.mu.Unlock()
 	return r.maybeCompact()
+}
+
+// ErrNoAtomic: the server does not take pushes of several refs as one
+// (git's atomic capability), which moving the ledger with the branch needs.
+var ErrNoAtomic = errors.New("the git server does not offer atomic pushes (git's \"atomic\" capability), " +
+	"which moving the ledger branch with the branch needs")
+
+// SupportsAtomic tells whether the server takes a push of several refs as
+// one, from its receive-pack advertisement (which needs push access).
+func (r *Repo) SupportsAtomic(ctx context.Context) (bool, error) {
+	if err := r.CanPush(ctx); err != nil {
+		return false, err
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.receiveCaps != nil && r.receiveCaps.Supports(capability.Atomic), nil
 }
 
 // errNoReport: the server accepted the request but reported nothing.
@@ -114,63 +160,87 @@ var errNoReport = errors.New("the server sent no report on the push")
 
 // send pushes within the git timeout: a thin pack of the objects this Repo
 // wrote, or go-git's own push for commits it did not write.
-func (r *Repo) send(ctx context.Context, parent, commit plumbing.Hash) error {
+func (r *Repo) send(ctx context.Context, main, ledger Move) error {
 	ctx, cancel := context.WithTimeout(ctx, r.opts.Timeout)
 	defer cancel()
 	auth, err := r.auth.Auth()
 	if err != nil {
 		return fmt.Errorf("%w: %v", ErrAuth, err)
 	}
-	hashes, bases, ok := r.newObjects(parent, commit)
-	if !ok || r.opts.WalkingPush {
-		return r.pushWalking(ctx, auth, parent, commit)
+	var hashes []plumbing.Hash
+	bases := map[plumbing.Hash]plumbing.Hash{}
+	ours := true
+	for _, m := range []Move{main, ledger} {
+		if !m.moves() {
+			continue
+		}
+		h, b, ok := r.newObjects(m.Old, m.New)
+		ours = ours && ok
+		hashes = append(hashes, h...)
+		maps.Copy(bases, b)
 	}
-	return r.sendPack(ctx, auth, parent, commit, hashes, bases)
+	if !ours || r.opts.WalkingPush {
+		return r.pushWalking(ctx, auth, main, ledger)
+	}
+	return r.sendPack(ctx, auth, main, ledger, hashes, bases)
 }
 
-// decide reads the branch back after a push that did not clearly succeed
-// and says what the push did (see Push).
-func (r *Repo) decide(ctx context.Context, parent, commit plumbing.Hash, pushErr error) error {
+// decide reads both refs back after a push that did not clearly succeed
+// and says what the push did (see PushRefs).
+func (r *Repo) decide(ctx context.Context, main, ledger Move, pushErr error) error {
 	if IsAuth(pushErr) || IsConflict(pushErr) {
 		return pushErr // refused before anything was sent, or seen in the advertisement
 	}
-	remote, err := r.RemoteHead(ctx)
+	remote, remoteLedger, err := r.remoteHeads(ctx)
 	switch {
 	case err != nil:
 		return errors.Join(pushErr, fmt.Errorf("read the branch back: %w", err))
-	case remote == commit:
+	case remote == main.New && (!ledger.moves() || remoteLedger == ledger.New):
 		return nil // the push landed; only its report was lost
-	case remote == parent:
+	case remote == main.Old && (!ledger.moves() || remoteLedger == ledger.Old):
 		return pushErr
+	case remote != main.New && remote != main.Old:
+		return fmt.Errorf("%w: %s is at %s, not %s: %v", ErrConflict, r.opts.Branch, remote, main.Old, pushErr)
 	default:
-		return fmt.Errorf("%w: %s is at %s, not %s: %v", ErrConflict, r.opts.Branch, remote, parent, pushErr)
+		return fmt.Errorf("%w: %s is at %s, not %s: %v", ErrConflict, r.opts.LedgerBranch, remoteLedger, ledger.Old, pushErr)
 	}
 }
 
 // RemoteHead reads the branch's commit on the server (zero when the branch
 // does not exist), within the git timeout.
 func (r *Repo) RemoteHead(ctx context.Context) (plumbing.Hash, error) {
+	h, _, err := r.remoteHeads(ctx)
+	return h, err
+}
+
+// remoteHeads reads the branch's and the ledger branch's commits on the
+// server (zero for one that does not exist), within the git timeout.
+func (r *Repo) remoteHeads(ctx context.Context) (main, ledger plumbing.Hash, err error) {
 	ctx, cancel := context.WithTimeout(ctx, r.opts.Timeout)
 	defer cancel()
 	remote, err := r.repo.Remote(remoteName)
 	if err != nil {
-		return plumbing.ZeroHash, err
+		return main, ledger, err
 	}
 	auth, err := r.auth.Auth()
 	if err != nil {
-		return plumbing.ZeroHash, fmt.Errorf("list %s: %w: %v", r.url(), ErrAuth, err)
+		return main, ledger, fmt.Errorf("list %s: %w: %v", r.url(), ErrAuth, err)
 	}
 	refs, err := remote.ListContext(ctx, &git.ListOptions{Auth: auth})
 	if err != nil {
-		return plumbing.ZeroHash, r.classify("list "+r.url(), err)
+		return main, ledger, r.classify("list "+r.url(), err)
 	}
-	want := plumbing.NewBranchReferenceName(r.opts.Branch)
 	for _, ref := range refs {
-		if ref.Name() == want {
-			return ref.Hash(), nil
+		switch ref.Name() {
+		case plumbing.NewBranchReferenceName(r.opts.Branch):
+			main = ref.Hash()
+		case plumbing.NewBranchReferenceName(r.opts.LedgerBranch):
+			if r.opts.LedgerBranch != "" {
+				ledger = ref.Hash()
+			}
 		}
 	}
-	return plumbing.ZeroHash, nil
+	return main, ledger, nil
 }
 
 // CanPush asks the server for its receive-pack advertisement, which git
@@ -211,15 +281,15 @@ func (r *Repo) receivePackSession(auth transport.AuthMethod) (transport.ReceiveP
 	return c.NewReceivePackSession(ep, auth)
 }
 
-func (r *Repo) sendPack(ctx context.Context, auth transport.AuthMethod, parent, commit plumbing.Hash, hashes []plumbing.Hash, bases map[plumbing.Hash]plumbing.Hash) error {
+func (r *Repo) sendPack(ctx context.Context, auth transport.AuthMethod, main, ledger Move, hashes []plumbing.Hash, bases map[plumbing.Hash]plumbing.Hash) error {
 	sess, err := r.receivePackSession(auth)
 	if err != nil {
 		return err
 	}
 	defer sess.Close()
-	dst := plumbing.NewBranchReferenceName(r.opts.Branch)
+	cmds := r.commands(main, ledger)
 
-	// The server checks the old value of the branch itself when it updates
+	// The server checks the old value of each ref itself when it updates
 	// it, so once its capabilities are known the advertisement round trip is
 	// skipped: a shorter window between fetch and push means fewer lost
 	// races against busy writers.
@@ -235,21 +305,31 @@ func (r *Repo) sendPack(ctx context.Context, auth transport.AuthMethod, parent, 
 		if err != nil {
 			return err
 		}
-		current := plumbing.ZeroHash
-		if ref, ok := refs[dst]; ok {
-			current = ref.Hash()
-		}
 		caps = ar.Capabilities
 		r.mu.Lock()
 		r.receiveCaps = caps
 		r.mu.Unlock()
-		if current != parent {
-			return fmt.Errorf("%w: %s is at %s, not %s", ErrConflict, dst, current, parent)
+		for _, c := range cmds {
+			current := plumbing.ZeroHash
+			if ref, ok := refs[c.Name]; ok {
+				current = ref.Hash()
+			}
+			if current != c.Old {
+				return fmt.Errorf("%w: %s is at %s, not %s", ErrConflict, c.Name, current, c.Old)
+			}
 		}
+	}
+	if len(cmds) > 1 && !caps.Supports(capability.Atomic) {
+		return ErrNoAtomic
 	}
 
 	req := packp.NewReferenceUpdateRequestFromCapabilities(caps)
-	req.Commands = []*packp.Command{{Name: dst, Old: parent, New: commit}}
+	req.Commands = cmds
+	if len(cmds) > 1 {
+		if err := req.Capabilities.Set(capability.Atomic); err != nil {
+			return err
+		}
+	}
 	rd, wr := io.Pipe()
 	req.Packfile = rd
 	done := make(chan error, 1)
@@ -283,4 +363,17 @@ func (r *Repo) sendPack(ctx context.Context, auth transport.AuthMethod, parent, 
 		return nil
 	}
 	return rs.Error()
+}
+
+// commands are the ref updates of a push: the branch's and the ledger
+// branch's that move.
+func (r *Repo) commands(main, ledger Move) []*packp.Command {
+	var cmds []*packp.Command
+	if main.moves() {
+		cmds = append(cmds, &packp.Command{Name: plumbing.NewBranchReferenceName(r.opts.Branch), Old: main.Old, New: main.New})
+	}
+	if ledger.moves() {
+		cmds = append(cmds, &packp.Command{Name: plumbing.NewBranchReferenceName(r.opts.LedgerBranch), Old: ledger.Old, New: ledger.New})
+	}
+	return cmds
 }

@@ -33,10 +33,14 @@ const remoteName = "origin"
 
 // Options configure a Repo.
 type Options struct {
-	URL      string
-	Branch   string
-	Username string
-	Token    string // never written anywhere: it is only sent as HTTP basic auth
+	URL    string
+	Branch string
+	// LedgerBranch is the branch that holds the worker's ledger, beside
+	// Branch, moved with it in one atomic push (empty: none). It is fetched
+	// when it exists; it is created by the first push that carries it.
+	LedgerBranch string
+	Username     string
+	Token        string // never written anywhere: it is only sent as HTTP basic auth
 	// Credentials, if set, is asked for the credential of every call
 	// instead of Username and Token.
 	Credentials credentials.Provider
@@ -61,6 +65,9 @@ type Repo struct {
 	repo *git.Repository
 	auth credentials.Provider
 	head plumbing.Hash // the remote branch as of the last fetch or push
+	// ledgerHead is the remote ledger branch as of the last fetch or push
+	// (zero while it does not exist).
+	ledgerHead plumbing.Hash
 
 	mu           sync.Mutex
 	written      map[plumbing.Hash]written // objects of commits not yet pushed
@@ -138,11 +145,21 @@ func (r *Repo) trackingRef() plumbing.ReferenceName {
 	return plumbing.NewRemoteReferenceName(remoteName, r.opts.Branch)
 }
 
+// ledgerTrackingRef is where the ledger branch is fetched to.
+func (r *Repo) ledgerTrackingRef() plumbing.ReferenceName {
+	return plumbing.NewRemoteReferenceName(remoteName, r.opts.LedgerBranch)
+}
+
 func (r *Repo) configureRemote() error {
 	want := &config.RemoteConfig{
 		Name:  remoteName,
 		URLs:  []string{r.url()},
 		Fetch: []config.RefSpec{config.RefSpec(fmt.Sprintf("+refs/heads/%s:%s", r.opts.Branch, r.trackingRef()))},
+	}
+	if r.opts.LedgerBranch != "" {
+		// A pattern, which matches nothing rather than failing while the
+		// ledger branch does not exist yet; the exact name is picked after.
+		want.Fetch = append(want.Fetch, config.RefSpec(fmt.Sprintf("+refs/heads/%s*:%s*", r.opts.LedgerBranch, r.ledgerTrackingRef())))
 	}
 	cfg, err := r.repo.Config()
 	if err != nil {
@@ -161,6 +178,10 @@ func (r *Repo) Head() plumbing.Hash { return r.head }
 
 // Branch is the branch this clone follows.
 func (r *Repo) Branch() string { return r.opts.Branch }
+
+// LedgerHead is the remote ledger branch's commit as of the last fetch or
+// push; zero when it does not exist (or no ledger branch is configured).
+func (r *Repo) LedgerHead() plumbing.Hash { return r.ledgerHead }
 
 // Fetch brings the remote branch up to date incrementally and returns its head.
 func (r *Repo) Fetch(ctx context.Context) (plumbing.Hash, error) {
@@ -186,8 +207,17 @@ func (r *Repo) Fetch(ctx context.Context) (plumbing.Hash, error) {
 	if err != nil {
 		return plumbing.ZeroHash, fmt.Errorf("read %s: %w", r.trackingRef(), err)
 	}
-	if ref.Hash() != r.head {
-		r.head = ref.Hash()
+	ledger := plumbing.ZeroHash
+	if r.opts.LedgerBranch != "" {
+		switch lref, err := r.repo.Reference(r.ledgerTrackingRef(), true); {
+		case err == nil:
+			ledger = lref.Hash()
+		case !errors.Is(err, plumbing.ErrReferenceNotFound):
+			return plumbing.ZeroHash, fmt.Errorf("read %s: %w", r.ledgerTrackingRef(), err)
+		}
+	}
+	if ref.Hash() != r.head || ledger != r.ledgerHead {
+		r.head, r.ledgerHead = ref.Hash(), ledger
 		if ms, ok := r.repo.Storer.(*memory.Storage); ok {
 			r.mu.Lock()
 			r.storedBytes = memoryBytes(ms)
@@ -271,16 +301,15 @@ func (r *Repo) Commit(parent plumbing.Hash, files map[string][]byte, msg string)
 
 // pushWalking pushes with go-git's own push, which walks the history to find
 // the objects to send; used for commits this Repo did not write.
-func (r *Repo) pushWalking(ctx context.Context, auth transport.AuthMethod, parent, commit plumbing.Hash) error {
-	dst := plumbing.NewBranchReferenceName(r.opts.Branch)
-	opts := &git.PushOptions{
-		RemoteName: remoteName,
-		RefSpecs:   []config.RefSpec{config.RefSpec(commit.String() + ":" + dst.String())},
-		Auth:       auth,
+func (r *Repo) pushWalking(ctx context.Context, auth transport.AuthMethod, main, ledger Move) error {
+	opts := &git.PushOptions{RemoteName: remoteName, Auth: auth}
+	for _, c := range r.commands(main, ledger) {
+		opts.RefSpecs = append(opts.RefSpecs, config.RefSpec(c.New.String()+":"+c.Name.String()))
+		if !c.Old.IsZero() {
+			opts.RequireRemoteRefs = append(opts.RequireRemoteRefs, config.RefSpec(c.Old.String()+":"+c.Name.String()))
+		}
 	}
-	if !parent.IsZero() {
-		opts.RequireRemoteRefs = []config.RefSpec{config.RefSpec(parent.String() + ":" + dst.String())}
-	}
+	opts.Atomic = len(opts.RefSpecs) > 1
 	err := r.repo.PushContext(ctx, opts)
 	if errors.Is(err, git.NoErrAlreadyUpToDate) {
 		return nil

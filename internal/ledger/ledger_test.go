@@ -1,19 +1,27 @@
 package ledger
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io/fs"
+	"maps"
+	"slices"
 	"strings"
 	"testing"
+	"time"
 )
 
-func TestRoundTripAndRules(t *testing.T) {
-	l, err := Parse(nil, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+// t0 is a send time: 2026-12-03 14:25:00 UTC.
+var t0 = time.Date(2026, 12, 3, 14, 25, 0, 0, time.UTC).UnixMilli()
+
+func TestRulesAndRoundTrip(t *testing.T) {
+	l := Open(nil)
 	l.Touch(Tenant("t1"), 100)
 	l.Set(Tier("basic"), 50, "1.0")
-	l.Note("m1", 100)
-	l.Note("m0", 90)
+	l.Note("m1", t0)
+	l.Note("m0", t0-hourMS)
 	if l.Stale(Tenant("t1"), 100) || !l.Stale(Tenant("t1"), 99) || l.Stale(Tenant("t2"), 1) {
 		t.Fatal("stale: equal times are not stale, older ones are, unknown targets never")
 	}
@@ -21,260 +29,269 @@ func TestRoundTripAndRules(t *testing.T) {
 	if !l.Stale(Tenant("t1"), 99) {
 		t.Fatal("a touch with an older time moved the record back")
 	}
-	targets, messages := l.Files()
-	back, err := Parse(targets, messages)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t2, m2 := back.Files()
-	if string(t2) != string(targets) || string(m2) != string(messages) {
-		t.Fatalf("round trip changed the files:\n%s\n%s", t2, m2)
-	}
-	if !strings.HasSuffix(string(messages), "m1 100\nm0 90\n") {
-		t.Fatalf("messages not in the order noted:\n%s", messages)
-	}
-	if !back.Seen("m0") || back.Seen("m2") {
+	l.Set(Tier("basic"), 50, "1.1") // same time, other value: the later call wins
+	tr := newTree()
+	back := commit(t, l, tr)
+	if !back.Seen("m0", t0-hourMS) || !back.Seen("m1", t0) || back.Seen("m2", t0) {
 		t.Fatal("seen")
 	}
-	if r, ok := back.Get(Tier("basic")); !ok || r.MS != 50 || r.Value != "1.0" {
-		t.Fatalf("tier record %+v", r)
+	if r, ok := back.Get(Tier("basic")); !ok || r != (Record{MS: 50, Value: "1.1"}) {
+		t.Fatalf("tier record %+v %v", r, ok)
+	}
+	if r, ok := back.Get(Tenant("t1")); !ok || r != (Record{MS: 100}) {
+		t.Fatalf("tenant record %+v %v", r, ok)
+	}
+	// What changes nothing writes nothing.
+	back.Touch(Tenant("t1"), 100)
+	back.Set(Tier("basic"), 50, "1.1")
+	back.Note("m1", t0)
+	if c := back.Changes(); len(c) != 0 {
+		t.Fatalf("no change, yet changes: %v", c)
+	}
+	// A group read and written again is the same file.
+	back.Touch(Tenant("t1"), 101)
+	back.Touch(Tenant("t1"), 100)
+	path := targetPath(Tenant("t1"))
+	before := string(tr.files[path])
+	third := commit(t, back, tr)
+	if r, _ := third.Get(Tenant("t1")); r.MS != 101 {
+		t.Fatalf("touch lost: %+v", r)
+	}
+	if after := string(tr.files[path]); after != strings.Replace(before, "tenant/t1 100\n", "tenant/t1 101\n", 1) {
+		t.Fatalf("rewritten as\n%s\nwas\n%s", after, before)
 	}
 }
 
-func TestPruneWaitsForTheSlackThenDropsWhatNoMessageCanNeed(t *testing.T) {
-	l, _ := Parse(nil, nil)
-	l.Touch(Tenant("old"), 100)
-	l.Note("old", 100)
-	l.Touch(Tenant("new"), 1000)
-	l.Note("new", 1000)
-	l.Prune(150, 100) // oldest (100) is not older than 150-100: keep all
-	if !l.Seen("old") {
-		t.Fatal("pruned before the slack passed")
+// TestLayout pins the tree's paths and the files' form.
+func TestLayout(t *testing.T) {
+	hash := func(s string) string {
+		sum := sha256.Sum256([]byte(s))
+		h := hex.EncodeToString(sum[:])
+		return h[:2] + "/" + h[2:4]
 	}
-	l.Prune(250, 100)
-	if l.Seen("old") || !l.Seen("new") || l.Stale(Tenant("old"), 0) == true {
-		t.Fatal("prune kept what expired or dropped what did not")
+	l := Open(nil)
+	l.Touch(Env("pool two"), 7)
+	l.Note("m-1", t0)
+	c := l.Changes()
+	tp := "targets/" + hash("env/pool%20two") // the key as written
+	mp := "messages/2026120314/" + hash("m-1")
+	if len(c) != 2 || c[tp] == nil || c[mp] == nil {
+		t.Fatalf("changes %v, want %s and %s", slices.Collect(maps.Keys(c)), tp, mp)
 	}
-	_, messages := l.Files()
-	if strings.Contains(string(messages), "\nold 100") {
-		t.Fatalf("an expired id is still written:\n%s", messages)
-	}
-}
-
-func TestParseRefusesGarbage(t *testing.T) {
-	for _, bad := range []string{"t1\n", "t1 soon\n", "t1 12 1.0 extra\n"} {
-		if _, err := Parse([]byte(bad), nil); err == nil {
-			t.Errorf("Parse(%q): want an error", bad)
+	for p, want := range map[string]string{tp: "env/pool%20two 7\n", mp: "m-1 " + fmt.Sprint(t0) + "\n"} {
+		header, rest, _ := strings.Cut(string(c[p]), "\n")
+		if !strings.HasPrefix(header, "# tenant-worker ledger: ") || rest != want {
+			t.Errorf("%s:\n%s", p, c[p])
 		}
 	}
-}
-
-// TestNamesWithBlanksStayOneField: a pooled environment written by hand
-// as "pool 2.yaml" (or with a tab, or a "%") keeps the ledger readable.
-func TestNamesWithBlanksStayOneField(t *testing.T) {
-	l, err := Parse(nil, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	names := []string{"pool 2", "pool\t3", "pool%4", "pool-5"}
-	for i, n := range names {
-		l.Set(Env(n), int64(100+i), "")
-	}
-	targets, messages := l.Files()
-	again, err := Parse(targets, messages)
-	if err != nil {
-		t.Fatalf("the ledger no longer parses: %v\n%s", err, targets)
-	}
-	for i, n := range names {
-		if r, ok := again.Get(Env(n)); !ok || r.MS != int64(100+i) {
-			t.Errorf("%q: %+v %v", n, r, ok)
+	// Lines sorted, so that a change edits one line.
+	var keys []string
+	for i := 0; len(keys) < 3; i++ {
+		if k := Tenant(fmt.Sprint("t", i)); targetPath(k) == targetPath(Tenant("t0")) || i == 0 {
+			keys = append(keys, k)
 		}
 	}
-	if Env("pool-5") != "env/pool-5" {
-		t.Errorf("a plain name changed form: %s", Env("pool-5"))
+	slices.Sort(keys)
+	l = Open(nil)
+	for i := len(keys) - 1; i >= 0; i-- {
+		l.Touch(keys[i], int64(i))
+	}
+	_, body, _ := strings.Cut(string(l.Changes()[targetPath(keys[0])]), "\n")
+	if want := keys[0] + " 0\n" + keys[1] + " 1\n" + keys[2] + " 2\n"; body != want {
+		t.Errorf("group written as\n%s\nwant\n%s", body, want)
 	}
 }
 
-// TestNamesWithUnicodeSpacesStayOneField: escape() keeps Unicode white
-// space (U+00A0, U+0085, U+2003, U+3000...) as it is, so the reader must
-// split fields at ASCII blanks only. When it split at Unicode white space
-// too (strings.Fields), a pooled environment named by hand "pool\u00a0two"
-// was written as one field and read back as two: the targets file no
-// longer parsed and every later message failed on the ledger (the worker
-// paused) until someone edited the file by hand.
-func TestNamesWithUnicodeSpacesStayOneField(t *testing.T) {
-	for _, name := range []string{"pool\u00a0two", "pool\u2003three", "pool\u3000four", "pool\u0085five", "\u2028six\u00a0"} {
-		l, err := Parse(nil, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		l.Set(Env(name), 100, "")
-		targets, messages := l.Files()
-		again, err := Parse(targets, messages)
-		if err != nil {
-			t.Errorf("%q: the ledger no longer parses: %v", name, err)
-			continue
-		}
-		if r, ok := again.Get(Env(name)); !ok || r.MS != 100 {
-			t.Errorf("%q: record lost: %+v %v", name, r, ok)
-		}
-	}
-}
-
-// TestPercentNamesWrittenBeforeEscapingAreStillFound: a pooled environment
-// named with a "%" (say "pool%1", from pool%1.yaml) was recorded by the
-// version before escaping as "env/pool%1", where Env() now gives
-// "env/pool%251". Were the record not found, a deployment sent before the
-// recorded one, arriving late, would not be stale and would roll the
-// environment back.
-func TestPercentNamesWrittenBeforeEscapingAreStillFound(t *testing.T) {
-	written := []byte(targetsHeader + "env/pool%1 200\n")
-	l, err := Parse(written, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !l.Stale(Env("pool%1"), 100) {
-		t.Errorf("a message sent at 100 is not stale for env pool%%1, recorded at 200 by the previous version (key looked up: %q)", Env("pool%1"))
-	}
-}
-
-// TestFilesWrittenBeforeReadBackExactly: lines as the version before
-// escaping wrote them (names as they were) and as the first version with
-// escaping wrote them (Unicode white space kept as it is, which it could
-// not read back) are found under the name they were written for, and the
-// next write gives them the current form. The one ambiguous form, an old
-// name holding what escape() writes ("%20"), is read as escaped: that rule
-// is pinned here.
-func TestFilesWrittenBeforeReadBackExactly(t *testing.T) {
+// TestSeenIsExactByIDAndSendTime: a redelivered message carries its
+// SentTimestamp, so it is found in the one group its hour and id name.
+func TestSeenIsExactByIDAndSendTime(t *testing.T) {
+	l := Open(nil)
+	l.Note("m", t0)
+	l.Note("n", t0+hourMS)
+	l = commit(t, l, newTree())
 	for _, c := range []struct {
-		line string // as written
-		name string // the pooled environment it was written for
+		id   string
+		sent int64
+		want bool
 	}{
-		// Before escaping: names as they were.
-		{"env/pool%1 200", "pool%1"},
-		{"env/pool% 200", "pool%"},
-		{"env/%% 200", "%%"},
-		{"env/pool%zz 200", "pool%zz"},
-		{"env/pool%41 200", "pool%41"},             // escape() never writes %41: 'A' needs none
-		{"env/pool%0a 200", "pool%0a"},             // escape() writes upper-case hex only
-		{"env/a\x01b 200", "a\x01b"},               // control bytes other than blanks were one field
-		{"env/a\x7fb 200", "a\x7fb"},               // and so was DEL
-		{"env/caf\xe9 200", "caf\xe9"},             // invalid UTF-8
-		{"env/pool\u00a0two 200", "pool\u00a0two"}, // both versions wrote this; neither read it back
-		// Since escaping.
-		{"env/pool%251 200", "pool%1"},
-		{"env/pool%20two 200", "pool two"},
-		{"env/pool%09three%25 200", "pool\tthree%"},
-		{"env/pool%20a 200", "pool a"}, // ambiguous: read as escaped, never as "pool%20a"
+		{"m", t0, true},
+		{"n", t0 + hourMS, true},
+		{"m", t0 + hourMS, false}, // another hour
+		{"m", t0 + 1, false},      // same hour, another send time: another message
+		{"n", t0, false},
+		{"M", t0, false},
+		{"m ", t0, false},
 	} {
-		l, err := Parse([]byte(targetsHeader+c.line+"\n"), nil)
-		if err != nil {
-			t.Errorf("%q: %v", c.line, err)
-			continue
-		}
-		if r, ok := l.Get(Env(c.name)); !ok || r.MS != 200 {
-			t.Errorf("%q: no record for %q (key %q): %+v %v", c.line, c.name, Env(c.name), r, ok)
-		}
-		targets, _ := l.Files()
-		if want := targetsHeader + Env(c.name) + " 200\n"; string(targets) != want {
-			t.Errorf("%q: rewritten as %q, want %q", c.line, targets, want)
-		}
-	}
-	if l, _ := Parse([]byte("env/pool%20a 200\n"), nil); l.Stale(Env("pool%20a"), 100) {
-		t.Error("env/pool%20a was read as the name pool%20a; the rule is: as escaped (pool a)")
-	}
-}
-
-// TestOldAndCurrentFormOfOneNameMerge: the version with escaping did not
-// find an old record "env/pool%1" and wrote "env/pool%251" beside it. Both
-// are the one target: the newer record counts, in whichever order.
-func TestOldAndCurrentFormOfOneNameMerge(t *testing.T) {
-	for _, lines := range []string{"env/pool%1 200 2.0\nenv/pool%251 150 1.0\n", "env/pool%251 150 1.0\nenv/pool%1 200 2.0\n"} {
-		l, err := Parse([]byte(lines), nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if r, ok := l.Get(Env("pool%1")); !ok || r != (Record{MS: 200, Value: "2.0"}) {
-			t.Errorf("%q: %+v %v", lines, r, ok)
-		}
-		if targets, _ := l.Files(); string(targets) != targetsHeader+"env/pool%251 200 2.0\n" {
-			t.Errorf("%q: written as %q", lines, targets)
+		if got := l.Seen(c.id, c.sent); got != c.want {
+			t.Errorf("Seen(%q, %d) = %v", c.id, c.sent, got)
 		}
 	}
 }
 
-// TestMessageIDsAreKeptAsWritten: only target names are escaped and read
-// back in their current form; message ids are compared exactly.
-func TestMessageIDsAreKeptAsWritten(t *testing.T) {
-	l, err := Parse(nil, []byte("id%20x 5\nid\u00a0y 6\n"))
-	if err != nil {
-		t.Fatal(err)
+// TestOneMessageTouchesAHandfulOfFiles: with 100,000 ids over two days
+// and 10,000 tenants, a message reads and writes the few files it names.
+func TestOneMessageTouchesAHandfulOfFiles(t *testing.T) {
+	now := t0
+	tr := fill(t, 100_000, 48, now)
+	l := Open(nil)
+	for i := range 10_000 {
+		l.Touch(Tenant(fmt.Sprint("tenant-", i)), now-int64(i))
 	}
-	if !l.Seen("id%20x") || l.Seen("id x") || !l.Seen("id\u00a0y") {
-		t.Fatal("message ids changed on reading")
+	l.Note("id-0", now-1) // already there: changes nothing
+	tr.apply(t, l.Changes())
+	if len(tr.files) < 50_000 {
+		t.Fatalf("the tree holds %d files", len(tr.files))
+	}
+
+	if !Open(tr).Seen("id-7", now-1-7*hourMS) {
+		t.Fatal("an id kept is not seen")
+	}
+	tr.reads = 0
+	l = Open(tr)
+	if tr.reads != 0 {
+		t.Fatal("Open read the tree")
+	}
+	if l.Seen("new", now) {
+		t.Fatal("seen")
+	}
+	l.Note("new", now)
+	if tr.reads != 1 {
+		t.Errorf("Seen and Note read %d files, want 1 (the group is read once)", tr.reads)
+	}
+	l.Touch(Tenant("tenant-5"), now)
+	l.Set(Release("tenant-5"), now, "")
+	if tr.reads > 3 {
+		t.Errorf("%d files read for one message, want at most 3", tr.reads)
+	}
+	c := l.Changes()
+	size := 0
+	for _, b := range c {
+		size += len(b)
+	}
+	if len(c) > 3 || size > 2000 {
+		t.Errorf("one message changes %d files, %d bytes: %v", len(c), size, slices.Collect(maps.Keys(c)))
+	}
+	if tr.lists != 0 {
+		t.Error("listed a folder without Prune")
+	}
+	back := commit(t, l, tr)
+	if !back.Seen("new", now) || !back.Seen("id-99999", now-1-(99999%48)*hourMS) || back.Stale(Tenant("tenant-5"), now) || !back.Stale(Tenant("tenant-6"), now-7) {
+		t.Fatal("answers changed after the commit")
 	}
 }
 
-// roundTripNames are byte strings a name may be: blanks, Unicode white
-// space, invalid UTF-8, what escape() writes and what it never writes.
-var roundTripNames = []string{
-	"", "pool", "pool two", "pool\ttwo", "pool\r\n", "\x00", "\x7f", "#pool",
-	"pool\u00a0two", "pool\u0085", "\u2028", "pool\u3000four", "\xff\xfe", "caf\xe9", "\xc2",
-	"%", "%%", "%2", "%41", "%2541", "%25", "%20", "%0a", "%0A", "%zz", "100%",
-}
-
-// TestAnyNameRoundTrips: every name is written as one field, read back
-// under the key it was written for, and kept apart from every other name.
-func TestAnyNameRoundTrips(t *testing.T) {
-	for _, a := range roundTripNames {
-		for _, b := range roundTripNames {
-			checkRoundTrip(t, a, b)
+// TestPruneDropsOldHoursAndOnlyRecordsInGroupsWritten: whole hour folders
+// of messages go once their hour ends by the bound; old target records go
+// only from the groups the commit writes anyway, and nothing else is read.
+func TestPruneDropsOldHoursAndOnlyRecordsInGroupsWritten(t *testing.T) {
+	hour := t0 - t0%hourMS // 14:00
+	// Two tenants in one group, one in another.
+	a, b := "", ""
+	seen := map[string]string{}
+	for i := 0; b == ""; i++ {
+		k := Tenant(fmt.Sprint("t", i))
+		if first, ok := seen[targetPath(k)]; ok {
+			a, b = first, k
 		}
+		seen[targetPath(k)] = k
 	}
-	// Longer than a line could be when bufio.Scanner read them (1 MiB).
-	checkRoundTrip(t, strings.Repeat("\u00a0%", 1<<18), "pool")
+	c := Tenant("elsewhere")
+	if targetPath(c) == targetPath(a) {
+		t.Fatal("pick another name")
+	}
+	l := Open(nil)
+	l.Touch(a, hour)
+	l.Touch(b, hour-10)            // old
+	l.Touch(c, hour-10)            // old, in a group no commit touches
+	l.Note("old", hour-2*hourMS+5) // 12:00-13:00: ends before the bound
+	l.Note("edge", hour-hourMS)    // 13:00-14:00: ends at the bound
+	l.Note("kept", hour+1)         // 14:00-15:00: holds the bound
+	l.Note("new", hour+hourMS+1)   // 15:00
+	tr := newTree()
+	tr.files["messages/not-an-hour/x"] = []byte("x 1\n")
+	l = commit(t, l, tr)
+
+	tr.reads = 0
+	l.Touch(a, hour+5)
+	l.Prune(hour)
+	l.Prune(hour) // lists once
+	if tr.lists != 1 || tr.reads != 1 {
+		t.Errorf("prune read %d files and listed %d folders, want 0 and 1", tr.reads-1, tr.lists)
+	}
+	changes := l.Changes()
+	want := []string{"messages/2026120312", "messages/2026120313", targetPath(a)}
+	if got := slices.Sorted(maps.Keys(changes)); !slices.Equal(got, want) {
+		t.Fatalf("changes %v, want %v", got, want)
+	}
+	if changes[want[0]] != nil || changes[want[1]] != nil {
+		t.Fatal("hour folders not deleted")
+	}
+	if l.Seen("edge", hour-hourMS) {
+		t.Error("seen in a pruned hour")
+	}
+	l.Note("late", hour-hourMS) // cannot be delivered again: not recorded
+	back := commit(t, l, tr)
+	if back.Seen("old", hour-2*hourMS+5) || back.Seen("edge", hour-hourMS) || back.Seen("late", hour-hourMS) ||
+		!back.Seen("kept", hour+1) || !back.Seen("new", hour+hourMS+1) {
+		t.Error("pruned the wrong hours")
+	}
+	if _, ok := back.Get(b); ok {
+		t.Error("an old record in a group written anyway was kept")
+	}
+	if r, ok := back.Get(a); !ok || r.MS != hour+5 {
+		t.Errorf("pruned a new record: %+v %v", r, ok)
+	}
+	if _, ok := back.Get(c); !ok {
+		t.Error("pruned a group no commit wrote")
+	}
+	if _, ok := tr.files["messages/not-an-hour/x"]; !ok {
+		t.Error("pruned a folder that is not an hour")
+	}
+
+	// A group left empty is deleted.
+	back.Touch(c, hour-5)
+	back.Prune(hour)
+	if ch := back.Changes(); len(ch) != 1 || ch[targetPath(c)] != nil {
+		t.Errorf("changes %v", ch)
+	}
 }
 
-// FuzzAnyNameRoundTrips is TestAnyNameRoundTrips over any two byte strings.
-func FuzzAnyNameRoundTrips(f *testing.F) {
-	for i, a := range roundTripNames {
-		f.Add(a, roundTripNames[(i+1)%len(roundTripNames)])
+// TestCorruptGroup: a group that does not parse, or cannot be read, is an
+// error the caller sees; the ledger answers as if it were empty, never
+// panics, and never overwrites it.
+func TestCorruptGroup(t *testing.T) {
+	tr := newTree()
+	tr.files[targetPath(Tenant("t1"))] = []byte("# header\ntenant/t1 soon\n")
+	tr.files[messagePath("m", t0)] = []byte("m\n")
+	l := Open(tr)
+	if l.Err() != nil {
+		t.Fatal("Open read")
 	}
-	f.Fuzz(checkRoundTrip)
-}
+	if l.Stale(Tenant("t1"), 0) || l.Seen("m", t0) {
+		t.Fatal("a corrupt group answered")
+	}
+	if err := l.Err(); !errors.Is(err, ErrCorrupt) || !IsCorrupt(err) || !strings.Contains(err.Error(), targetPath(Tenant("t1"))) {
+		t.Fatalf("Err() = %v, want ErrCorrupt naming the group", err)
+	}
+	l.Touch(Tenant("t1"), 5)
+	l.Note("m", t0)
+	l.Touch(Tenant("t2"), 5)
+	if c := l.Changes(); len(c) != 1 || c[targetPath(Tenant("t2"))] == nil {
+		t.Fatalf("changes %v: a group not read was written", slices.Collect(maps.Keys(c)))
+	}
 
-func checkRoundTrip(t *testing.T, a, b string) {
-	t.Helper()
-	if got := unescape(escape(a)); got != a {
-		t.Fatalf("unescape(escape(%q)) = %q", a, got)
+	tr.fail = errors.New("disk on fire")
+	l = Open(tr)
+	l.Get(Tenant("t3"))
+	l.Prune(t0)
+	if err := l.Err(); err == nil || IsCorrupt(err) || errors.Is(err, fs.ErrNotExist) {
+		t.Fatalf("Err() = %v", err)
 	}
-	if (a == b) != (Env(a) == Env(b)) {
-		t.Fatalf("names %q and %q share a key or one name has two: %q %q", a, b, Env(a), Env(b))
-	}
-	l, err := Parse(nil, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	l.Set(Env(a), 100, "")
-	l.Set(Tier(a), 100, "1.0")
-	if a != b {
-		l.Set(Env(b), 200, "")
-	}
-	targets, messages := l.Files()
-	again, err := Parse(targets, messages)
-	if err != nil {
-		t.Fatalf("%q, %q: the ledger no longer parses: %v", a, b, err)
-	}
-	if r, ok := again.Get(Env(a)); !ok || r.MS != 100 {
-		t.Fatalf("%q: %+v %v", a, r, ok)
-	}
-	if r, ok := again.Get(Tier(a)); !ok || r != (Record{MS: 100, Value: "1.0"}) {
-		t.Fatalf("tier %q: %+v %v", a, r, ok)
-	}
-	if r, ok := again.Get(Env(b)); a != b && (!ok || r.MS != 200) {
-		t.Fatalf("%q: %+v %v", b, r, ok)
-	}
-	if t2, _ := again.Files(); string(t2) != string(targets) {
-		t.Fatalf("%q, %q: a second round trip changed the file:\n%q\n%q", a, b, targets, t2)
+	for _, bad := range []string{"t1\n", "t1 soon\n", "t1 12 1.0 extra\n"} {
+		tr := newTree()
+		tr.files[targetPath("t1")] = []byte(bad)
+		if l := Open(tr); l.Stale("t1", 0) || !IsCorrupt(l.Err()) {
+			t.Errorf("%q: Err() = %v", bad, l.Err())
+		}
 	}
 }

@@ -18,7 +18,7 @@ import (
 // seedTenants commits n premium tenants to the branch in one commit.
 func seedTenants(t *testing.T, e env, n int) {
 	t.Helper()
-	repo, err := gitrepo.Open(context.Background(), gitrepo.Options{URL: e.srv.RepoURL("gitops.git"), Branch: "main", Token: "tok",
+	repo, err := gitrepo.Open(context.Background(), gitrepo.Options{URL: e.srv.RepoURL("gitops.git"), Branch: "main", LedgerBranch: "tenant-worker/ledger", Token: "tok",
 		AuthorName: "seed", AuthorEmail: "seed@example.com"})
 	if err != nil {
 		t.Fatal(err)
@@ -50,7 +50,7 @@ func seedTenants(t *testing.T, e env, n int) {
 // restarted worker does.
 func restart(t *testing.T, e env, dir string) *Pipeline {
 	t.Helper()
-	repo, err := gitrepo.Open(context.Background(), gitrepo.Options{URL: e.srv.RepoURL("gitops.git"), Branch: "main", Token: "tok",
+	repo, err := gitrepo.Open(context.Background(), gitrepo.Options{URL: e.srv.RepoURL("gitops.git"), Branch: "main", LedgerBranch: "tenant-worker/ledger", Token: "tok",
 		Dir: dir, AuthorName: "admin", AuthorEmail: "admin@example.com"})
 	if err != nil {
 		t.Fatal(err)
@@ -105,5 +105,73 @@ func TestRedeliveryAfterRestartAtScale(t *testing.T) {
 				t.Fatalf("t42 is not at 2.0:\n%s", got)
 			}
 		})
+	}
+}
+
+// TestLedgerMovesOutOfTheTree: a repository whose ledger is in the tree
+// (<root>/.tenant-worker, as every version before the ledger branch wrote
+// it) is migrated by the first batch, in its one atomic push: the records
+// are on the ledger branch, the folder is gone from the branch Flux reads,
+// and they still decide: a redelivery is a duplicate, an older message is
+// stale, also after a restart.
+func TestLedgerMovesOutOfTheTree(t *testing.T) {
+	e := setup(t)
+	sent := time.Now().Add(-time.Hour).Truncate(time.Millisecond)
+	ms := sent.UnixMilli()
+	on := decode(t, message.Onboarding, `{"tenant_id":"t1","tenant_tier":"premium","release_version":"0.0"}`)
+	// The tenant and the two files exactly as the in-tree ledger wrote them.
+	first := e.p.Apply(context.Background(), []Job{{Request: on}})[0]
+	if first.Err != nil || !first.Applied {
+		t.Fatalf("seed: %+v", first)
+	}
+	seed, err := gitrepo.Open(context.Background(), gitrepo.Options{URL: e.srv.RepoURL("gitops.git"), Branch: "main", Token: "tok",
+		AuthorName: "seed", AuthorEmail: "seed@example.com"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	legacy := map[string][]byte{
+		templates.Root + "/.tenant-worker/targets": []byte("# tenant-worker: send time (Unix ms, SQS SentTimestamp) of the last message applied to each\n" +
+			"# tenant and pooled environment. A message sent earlier changes nothing of it. Written by tenant-worker.\n" +
+			fmt.Sprintf("release/t1 %d\ntenant/t1 %d\n", ms, ms)),
+		templates.Root + "/.tenant-worker/messages": []byte("# tenant-worker: messages applied in the queues' retention period (id, send time in Unix ms),\n" +
+			"# oldest first; a redelivered one is recognised here. Written by tenant-worker.\n" +
+			fmt.Sprintf("m-on %d\n", ms)),
+	}
+	head := seed.Head()
+	c, err := seed.Commit(head, legacy, "Adding new tenant t1 in tier premium\n\nTenant-Worker-Message-Id: m-on\n")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := seed.Push(context.Background(), head, c); err != nil {
+		t.Fatal(err)
+	}
+
+	p := restart(t, e, "")
+	off := decode(t, message.Offboarding, `{"tenant_id":"t1","tenant_tier":"premium"}`)
+	res := p.Apply(context.Background(), []Job{
+		{Request: on, MessageID: "m-on", SentAt: sent},                          // redelivered
+		{Request: off, MessageID: "m-old", SentAt: sent.Add(-time.Millisecond)}, // sent before the onboarding
+	})
+	if res[0].Err != nil || !res[0].Duplicate || res[1].Err != nil || !res[1].Stale {
+		t.Fatalf("after the migration: %+v", res)
+	}
+	if out, err := e.srv.Output("gitops.git", "ls-tree", "-r", "--name-only", "main", templates.Root+"/.tenant-worker"); err != nil || out != "" {
+		t.Fatalf("the in-tree ledger is still on main: %q %v", out, err)
+	}
+	if log := mustOut(t, e, "log", "-1", "--format=%s", "main"); log != "Move the tenant-worker ledger out of the branch Flux reads\n" {
+		t.Fatalf("main's last commit: %q", log)
+	}
+	if show(t, e, "tenants/premium/t1.yaml") == "<absent>" {
+		t.Fatal("t1 is gone")
+	}
+	// A restarted worker reads the records from the ledger branch alone.
+	p = restart(t, e, "")
+	r := p.Apply(context.Background(), []Job{{Request: on, MessageID: "m-on", SentAt: sent}})[0]
+	if r.Err != nil || !r.Duplicate {
+		t.Fatalf("redelivery after a restart: %+v", r)
+	}
+	r = p.Apply(context.Background(), []Job{{Request: off, MessageID: "m-old-2", SentAt: sent.Add(-time.Second)}})[0]
+	if r.Err != nil || !r.Stale {
+		t.Fatalf("an older offboarding after a restart: %+v", r)
 	}
 }

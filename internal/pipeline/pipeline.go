@@ -32,7 +32,12 @@ type Repository interface {
 	Snapshot(commit plumbing.Hash) (*gitrepo.Snapshot, error)
 	Commit(parent plumbing.Hash, files map[string][]byte, msg string) (plumbing.Hash, error)
 	CommitInfo(h plumbing.Hash) ([]plumbing.Hash, string, error)
-	Push(ctx context.Context, parent, commit plumbing.Hash) error
+	// LedgerHead is the remote ledger branch as last seen (zero while it
+	// does not exist).
+	LedgerHead() plumbing.Hash
+	// PushRefs moves the branch and the ledger branch in one atomic
+	// compare-and-swap.
+	PushRefs(ctx context.Context, main, ledger gitrepo.Move) error
 	// CanPush tells whether the server would take a push from us now
 	// (reachable, credentials accepted), without pushing.
 	CanPush(ctx context.Context) error
@@ -313,9 +318,11 @@ type batch struct {
 	pending []bool
 	base    plumbing.Hash // the remote head the run started from
 	tip     plumbing.Hash // the last commit of the run
-	changed []string      // paths the pending commits change
-	spent   map[Step]time.Duration
-	plans   map[int]planned // by job index, shared by the runs of a batch
+	// ledgerBase and ledgerTip are the same for the ledger branch.
+	ledgerBase, ledgerTip plumbing.Hash
+	changed               []string // paths the pending commits change
+	spent                 map[Step]time.Duration
+	plans                 map[int]planned // by job index, shared by the runs of a batch
 }
 
 // finish turns the attempt's per-job results into final ones, given how
@@ -372,10 +379,10 @@ func (b *batch) run(ctx context.Context) (again, error) {
 	if b.optimistic && !b.allApplied() {
 		return fetchFirst, nil
 	}
-	if b.tip == b.base {
+	if b.tip == b.base && b.ledgerTip == b.ledgerBase {
 		return "", nil
 	}
-	if !b.perJob {
+	if !b.perJob && b.tip != b.base {
 		if err := b.checkTip(); err != nil {
 			return jobByJob, err
 		}

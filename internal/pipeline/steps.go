@@ -2,13 +2,19 @@ package pipeline
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"io/fs"
+	"path"
 	"strings"
 	"time"
+
+	"github.com/go-git/go-git/v5/plumbing"
 
 	"github.com/tenant-worker/tenant-worker/internal/gitops"
 	"github.com/tenant-worker/tenant-worker/internal/gitrepo"
 	"github.com/tenant-worker/tenant-worker/internal/intent"
+	"github.com/tenant-worker/tenant-worker/internal/ledger"
 	"github.com/tenant-worker/tenant-worker/internal/message"
 	"github.com/tenant-worker/tenant-worker/internal/reject"
 )
@@ -23,7 +29,9 @@ func (b *batch) sync(ctx context.Context) error {
 		}
 	}
 	b.base, b.tip = head, head
-	return nil
+	b.ledgerBase = b.p.repo.LedgerHead()
+	b.ledgerTip = b.ledgerBase
+	return b.migrate()
 }
 
 // applyJob renders, commits and validates one job on top of the batch's tip.
@@ -40,7 +48,13 @@ func (b *batch) applyJob(ctx context.Context, i int) {
 		return
 	}
 
-	plan, err := b.plan(before, i)
+	records, err := b.p.repo.Snapshot(b.ledgerTip)
+	if err != nil {
+		res.Err = fmt.Errorf("open the ledger at %s: %w", b.ledgerTip, err)
+		return
+	}
+
+	plan, err := b.plan(before, records, i)
 	if err != nil {
 		res.Err = err
 		return
@@ -52,12 +66,21 @@ func (b *batch) applyJob(ctx context.Context, i int) {
 		return
 	}
 
-	var commit = b.tip
-	err = b.timed(StepCommit, func() error {
-		var err error
-		commit, err = b.p.repo.Commit(b.tip, plan.Files, withTrailers(plan.Message, job))
-		return err
-	})
+	// The records first: a change to the branch Flux reads always comes
+	// with them, a no-op, a held or an already-in-place message with them
+	// alone, and main does not move for it.
+	ledgerCommit, err := b.commit(b.ledgerTip, plan.Ledger, withTrailers(plan.Message, job))
+	if err != nil {
+		res.Err = err
+		return
+	}
+	if len(plan.Files) == 0 {
+		b.ledgerTip = ledgerCommit
+		res.Commit = b.tip
+		b.pending[i] = true
+		return
+	}
+	commit, err := b.commit(b.tip, plan.Files, withTrailers(plan.Message, job))
 	if err != nil {
 		res.Err = err
 		return
@@ -101,12 +124,26 @@ func (b *batch) applyJob(ctx context.Context, i int) {
 		res.Err = err // the commit stays an unreferenced object
 		return
 	}
-	b.tip = commit
+	b.tip, b.ledgerTip = commit, ledgerCommit
 	res.Commit = commit
 	if b.p.opts.Releases {
 		res.Releases = b.p.opts.Layout.Releases(before, plan.Files)
 	}
 	b.pending[i] = true
+}
+
+// commit writes files on parent, timed; no files: parent itself.
+func (b *batch) commit(parent plumbing.Hash, files map[string][]byte, msg string) (plumbing.Hash, error) {
+	if len(files) == 0 {
+		return parent, nil
+	}
+	c := parent
+	err := b.timed(StepCommit, func() error {
+		var err error
+		c, err = b.p.repo.Commit(parent, files, msg)
+		return err
+	})
+	return c, err
 }
 
 // blame says whose fault a change that Flux could not apply is (err).
@@ -199,8 +236,10 @@ func (b *batch) checkTip() error {
 // platform declares anywhere else: a plan (or a refusal) is reused only on
 // the very same tree, so a job is decided again on the head it is pushed
 // on whenever anything changed, inside the root or outside it.
-func (b *batch) plan(before *gitrepo.Snapshot, i int) (gitops.Change, error) {
+func (b *batch) plan(before, records *gitrepo.Snapshot, i int) (gitops.Change, error) {
 	root, hashErr := before.DirHash("")
+	// The records decide too: the plan is reused only with the same ledger.
+	root += "@" + b.ledgerTip.String()
 	if hashErr == nil {
 		if c, ok := b.plans[i]; ok && c.root == root {
 			return c.change, c.err
@@ -212,6 +251,7 @@ func (b *batch) plan(before *gitrepo.Snapshot, i int) (gitops.Change, error) {
 		job := b.jobs[i]
 		change, err = b.p.opts.Layout.PlanAt(before, job.Request, gitops.Stamp{
 			MessageID: job.MessageID, Sent: job.SentAt, Now: time.Now(), Retention: b.p.opts.Retention,
+			Ledger: records,
 		})
 		return err
 	})
@@ -231,7 +271,7 @@ type planned struct {
 // push publishes the batch's commits if the branch is still where the batch
 // started; otherwise it reports a conflict and the batch starts over.
 func (b *batch) push(ctx context.Context) error {
-	err := b.p.repo.Push(ctx, b.base, b.tip)
+	err := b.p.repo.PushRefs(ctx, gitrepo.Move{Old: b.base, New: b.tip}, gitrepo.Move{Old: b.ledgerBase, New: b.ledgerTip})
 	switch {
 	case err == nil:
 		b.p.observe.Pushed(PushSuccess)
@@ -286,3 +326,61 @@ func withTrailers(subject string, job Job) string {
 	}
 	return b.String()
 }
+
+// migrate moves a ledger kept in the tree (<root>/.tenant-worker, written
+// by versions before the ledger branch) to the ledger branch, as the first
+// commits of the batch: every record imported into the branch's layout,
+// and the folder removed from the branch Flux reads, in the batch's one
+// atomic push. No record is lost, and none is kept twice: a replica that
+// migrates too loses the race and finds the branch made.
+func (b *batch) migrate() error {
+	if !b.ledgerBase.IsZero() || b.base.IsZero() {
+		return nil
+	}
+	snap, err := b.p.repo.Snapshot(b.base)
+	if err != nil {
+		return fmt.Errorf("open %s: %w", b.base, err)
+	}
+	root := b.p.opts.Layout.Root
+	var files [2][]byte
+	found := false
+	for i, name := range []string{ledger.LegacyTargets, ledger.LegacyMessages} {
+		content, err := snap.ReadFile(path.Join(root, name))
+		switch {
+		case errors.Is(err, fs.ErrNotExist):
+			continue
+		case err != nil:
+			return fmt.Errorf("read %s: %w", name, err)
+		}
+		files[i], found = content, true
+	}
+	if !found {
+		return nil
+	}
+	records := ledger.Open(nil)
+	if err := records.Import(files[0], files[1]); err != nil {
+		return fmt.Errorf("%w: the ledger in %s: %v", gitops.ErrBroken, path.Join(root, ledger.LegacyDir), err)
+	}
+	changes := records.Changes()
+	changes[ledgerReadme] = []byte(readmeText)
+	lc, err := b.p.repo.Commit(plumbing.ZeroHash, changes,
+		fmt.Sprintf("Ledger: the records of %s, moved here\n", path.Join(root, ledger.LegacyDir)))
+	if err != nil {
+		return fmt.Errorf("write the ledger branch: %w", err)
+	}
+	mc, err := b.p.repo.Commit(b.base, map[string][]byte{path.Join(root, ledger.LegacyDir): nil},
+		"Move the tenant-worker ledger out of the branch Flux reads\n\nIts records are on the ledger branch now.\n")
+	if err != nil {
+		return fmt.Errorf("remove %s: %w", path.Join(root, ledger.LegacyDir), err)
+	}
+	b.tip, b.ledgerTip = mc, lc
+	return nil
+}
+
+// The ledger branch says what it is to whoever opens it.
+const (
+	ledgerReadme = "README"
+	readmeText   = "Written by tenant-worker: the SQS send time of the last message applied to each tenant,\n" +
+		"pooled environment and tier, and the ids of the messages applied within the queues' retention.\n" +
+		"It moves with the branch Flux reads in one atomic push. Do not edit it by hand.\n"
+)

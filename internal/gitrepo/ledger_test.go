@@ -1,0 +1,110 @@
+package gitrepo
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+)
+
+func openWithLedger(t *testing.T, url string) *Repo {
+	t.Helper()
+	r, err := Open(context.Background(), Options{URL: url, Branch: "main", LedgerBranch: "tenant-worker/ledger",
+		Username: "admin", Token: token, AuthorName: "admin", AuthorEmail: "admin@example.com"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+// TestPushMovesBranchAndLedgerAsOne: the ledger branch is created by the
+// first push that carries it, moved with the branch in one atomic push,
+// or alone; a second clone fetches both; a push whose ledger side is
+// stale is a lost race that moves neither ref.
+func TestPushMovesBranchAndLedgerAsOne(t *testing.T) {
+	srv, url := startServer(t)
+	r := openWithLedger(t, url)
+	if !r.LedgerHead().IsZero() {
+		t.Fatalf("ledger head %s before it exists", r.LedgerHead())
+	}
+	ok, err := r.SupportsAtomic(context.Background())
+	if err != nil || !ok {
+		t.Fatalf("SupportsAtomic = %v %v, want true (git http-backend)", ok, err)
+	}
+	main0 := r.Head()
+	c1, err := r.Commit(main0, map[string][]byte{"a/x.yaml": []byte("x\n")}, "change")
+	if err != nil {
+		t.Fatal(err)
+	}
+	l1, err := r.Commit(r.LedgerHead(), map[string][]byte{"messages/1": []byte("m1 1\n")}, "record")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := r.PushRefs(context.Background(), Move{main0, c1}, Move{r.LedgerHead(), l1}); err != nil {
+		t.Fatal(err)
+	}
+	heads := func() string {
+		out, err := srv.Output("gitops.git", "for-each-ref", "--format=%(refname) %(objectname)")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return out
+	}
+	if h := heads(); !strings.Contains(h, "refs/heads/main "+c1.String()) || !strings.Contains(h, "refs/heads/tenant-worker/ledger "+l1.String()) {
+		t.Fatalf("refs after the push:\n%s", h)
+	}
+	// The ledger alone: the branch Flux reads does not move.
+	l2, err := r.Commit(l1, map[string][]byte{"messages/2": []byte("m2 2\n")}, "record only")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := r.PushRefs(context.Background(), Move{c1, c1}, Move{l1, l2}); err != nil {
+		t.Fatal(err)
+	}
+	other := openWithLedger(t, url)
+	if other.Head() != c1 || other.LedgerHead() != l2 {
+		t.Fatalf("a new clone sees %s and %s, want %s and %s", other.Head(), other.LedgerHead(), c1, l2)
+	}
+	// The other clone moves the ledger; r's push, built on l2, must fail
+	// whole: the branch must not move either.
+	l3, _ := other.Commit(l2, map[string][]byte{"messages/3": []byte("m3 3\n")}, "other")
+	if err := other.PushRefs(context.Background(), Move{c1, c1}, Move{l2, l3}); err != nil {
+		t.Fatal(err)
+	}
+	c4, _ := r.Commit(c1, map[string][]byte{"a/y.yaml": []byte("y\n")}, "change 2")
+	l4, _ := r.Commit(l2, map[string][]byte{"messages/4": []byte("m4 4\n")}, "record 2")
+	err = r.PushRefs(context.Background(), Move{c1, c4}, Move{l2, l4})
+	if !IsConflict(err) {
+		t.Fatalf("push on a stale ledger: %v, want a lost race", err)
+	}
+	if h := heads(); !strings.Contains(h, "refs/heads/main "+c1.String()) || !strings.Contains(h, "refs/heads/tenant-worker/ledger "+l3.String()) {
+		t.Fatalf("a lost race moved a ref:\n%s", h)
+	}
+	if _, err := r.Fetch(context.Background()); err != nil || r.LedgerHead() != l3 {
+		t.Fatalf("fetch: %v, ledger head %s, want %s", err, r.LedgerHead(), l3)
+	}
+}
+
+// TestNoAtomicNoTwoRefPush: a server that does not offer atomic pushes
+// (receive.advertiseAtomic false) is told apart, and a push of both refs
+// is refused before anything is sent: neither ref moves.
+func TestNoAtomicNoTwoRefPush(t *testing.T) {
+	srv, url := startServer(t)
+	if out, err := srv.Output("gitops.git", "config", "receive.advertiseAtomic", "false"); err != nil {
+		t.Fatalf("%v %s", err, out)
+	}
+	r := openWithLedger(t, url)
+	if ok, err := r.SupportsAtomic(context.Background()); err != nil || ok {
+		t.Fatalf("SupportsAtomic = %v %v, want false", ok, err)
+	}
+	main0 := r.Head()
+	c1, _ := r.Commit(main0, map[string][]byte{"a/x.yaml": []byte("x\n")}, "change")
+	l1, _ := r.Commit(r.LedgerHead(), map[string][]byte{"messages/1": []byte("m1 1\n")}, "record")
+	if err := r.PushRefs(context.Background(), Move{main0, c1}, Move{r.LedgerHead(), l1}); !errors.Is(err, ErrNoAtomic) {
+		t.Fatalf("push of two refs: %v, want ErrNoAtomic", err)
+	}
+	out, _ := srv.Output("gitops.git", "for-each-ref", "--format=%(refname) %(objectname)")
+	if !strings.Contains(out, "refs/heads/main "+main0.String()) || strings.Contains(out, "ledger") {
+		t.Fatalf("refs moved:\n%s", out)
+	}
+}

@@ -1,0 +1,105 @@
+package ledger
+
+import (
+	"fmt"
+	"strings"
+)
+
+// The targets. A tenant's existence (onboarding, offboarding) and its
+// release (onboarding, deployment) are kept apart, so that a deployment of
+// the tier does not make an earlier-sent offboarding stale: the outcome is
+// the one the messages would have in the order they were sent.
+
+// Tenant is whether a tenant exists.
+func Tenant(id string) string { return "tenant/" + escape(id) }
+
+// Release is a tenant's release.
+func Release(id string) string { return "release/" + escape(id) }
+
+// Env is a pooled environment's release. Its name comes from a file name
+// that someone wrote by hand, which may hold blanks.
+func Env(name string) string { return "env/" + escape(name) }
+
+// Tier is a tier's last deployment, whose release a tenant onboarded by a
+// message sent before it takes.
+func Tier(name string) string { return "tier/" + escape(name) }
+
+// Held is an onboarding held until the offboarding that moves the tenant
+// out of its current tier arrives: "tier:release" of the onboarding.
+func Held(id string) string { return "held/" + escape(id) }
+
+// escape keeps a name to one field of a line: ASCII blanks and control
+// bytes, "%" and DEL are written as %XX; every other byte, Unicode white
+// space and invalid UTF-8 among them, is kept as it is (each splits fields
+// at ASCII blanks only). Names without such bytes are kept as they are, so
+// the files written before stay valid; see canonical for the others.
+func escape(name string) string {
+	if !strings.ContainsFunc(name, needsEscape) {
+		return name
+	}
+	var b strings.Builder
+	for i := 0; i < len(name); i++ {
+		if c := name[i]; needsEscape(rune(c)) {
+			fmt.Fprintf(&b, "%%%02X", c)
+		} else {
+			b.WriteByte(c)
+		}
+	}
+	return b.String()
+}
+
+func needsEscape(r rune) bool { return r <= ' ' || r == '%' || r == 0x7f }
+
+// canonical is the key that Tenant, Env and the other key functions give
+// for the name a key read from a file holds (their prefixes, "env/" and
+// the like, hold nothing escape() changes, so the whole key can be escaped
+// at once).
+//
+// Files written before escaping was added hold names as they were: "%",
+// control bytes and DEL included ("env/pool%1" for pool%1.yaml, where Env
+// now gives "env/pool%251"). Such a record must still be found, or a late
+// message is no longer stale. So unescape reads back exactly what escape()
+// writes and takes any other byte as itself, and the key is escaped again;
+// the next write gives the line its current form.
+//
+// The rule for the one ambiguous case: an old name that itself held a
+// sequence escape() writes ("%20", "%25", "%0A", "%7F": "%" and two
+// upper-case hex digits of a byte escape() escapes) is read as escaped
+// ("env/pool%20a" is pool a, not pool%20a), because files the current
+// version writes must read back exactly, and that version is the only one
+// that could write a blank at all. Any other "%" ("%1", "%zz", "%41",
+// "%0a") was never written by escape() and is read as itself.
+func canonical(key string) string { return escape(unescape(key)) }
+
+// unescape is the inverse of escape: unescape(escape(s)) == s for every
+// byte string s. It also accepts what escape() never writes (see canonical).
+func unescape(s string) string {
+	if !strings.Contains(s, "%") {
+		return s
+	}
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		if c, ok := escaped(s[i:]); ok {
+			b.WriteByte(c)
+			i += 2
+		} else {
+			b.WriteByte(s[i])
+		}
+	}
+	return b.String()
+}
+
+// escaped reports whether s starts with what escape() writes for a byte,
+// and which byte.
+func escaped(s string) (byte, bool) {
+	const hex = "0123456789ABCDEF" // escape() writes %02X
+	if len(s) < 3 || s[0] != '%' {
+		return 0, false
+	}
+	hi, lo := strings.IndexByte(hex, s[1]), strings.IndexByte(hex, s[2])
+	if hi < 0 || lo < 0 {
+		return 0, false
+	}
+	c := byte(hi<<4 | lo)
+	return c, needsEscape(rune(c))
+}
