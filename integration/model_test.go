@@ -32,14 +32,14 @@ type model struct {
 
 	clock   int            // send times handed out by step
 	exists  map[string]int // tenant -> send time of the last onboarding or offboarding applied
-	release map[string]int // tenant -> send time of its release
+	release map[string]int // "tier/tenant" -> send time of its release in that tier
 	poolAt  int
 	tierAt  map[string]int // tier -> send time of its last deployment
 	tierRel map[string]string
 	// held: an onboarding to another tier than the tenant's, sent after
 	// everything applied to the tenant, waiting for the offboarding of the
 	// move (sent before it) to complete the move.
-	held map[string]heldOnboarding
+	held map[string]map[string]heldOnboarding // tenant -> tier -> the first sent
 }
 
 type heldOnboarding struct {
@@ -50,7 +50,7 @@ type heldOnboarding struct {
 func newModel() *model {
 	return &model{order: map[string][]string{}, version: map[string]string{}, tierOf: map[string]string{},
 		exists: map[string]int{}, release: map[string]int{}, tierAt: map[string]int{}, tierRel: map[string]string{},
-		held: map[string]heldOnboarding{}}
+		held: map[string]map[string]heldOnboarding{}}
 }
 
 var aliases = map[string]string{"silo": "premium", "hybrid": "advanced", "pool": "basic"}
@@ -83,8 +83,11 @@ func (m *model) stepAt(kind, id, tier, version string, sent int) string {
 		}
 		if t, ok := m.tierOf[id]; ok {
 			if t != tier {
-				if h, ok := m.held[id]; !ok || sent >= h.sent {
-					m.held[id] = heldOnboarding{tier, version, sent}
+				if m.held[id] == nil {
+					m.held[id] = map[string]heldOnboarding{}
+				}
+				if h, ok := m.held[id][tier]; !ok || sent < h.sent {
+					m.held[id][tier] = heldOnboarding{tier, version, sent}
 				}
 				return "held"
 			}
@@ -100,6 +103,12 @@ func (m *model) stepAt(kind, id, tier, version string, sent int) string {
 		}
 		t, ok := m.tierOf[id]
 		if ok && t != tier {
+			// An onboarding to this tier held since before it was sent came
+			// first in send order, and this removes it.
+			if h, held := m.held[id][tier]; held && h.sent <= sent {
+				delete(m.held[id], tier)
+				return "noop"
+			}
 			return "rejected:tier_conflict"
 		}
 		m.exists[id] = max(m.exists[id], sent)
@@ -108,13 +117,20 @@ func (m *model) stepAt(kind, id, tier, version string, sent int) string {
 			delete(m.version, id)
 			m.order[tier] = slices.DeleteFunc(m.order[tier], func(s string) bool { return s == id })
 		}
-		// A held onboarding sent after this offboarding completes the
-		// move; one sent before it met the tenant in its old tier.
-		h, wasHeld := m.held[id]
+		// The first held onboarding sent after this offboarding completes
+		// the move; those sent before it (or at the same time, handled
+		// first) met the tenant in its old tier, those after it met it in
+		// its new one.
+		var first *heldOnboarding
+		for _, h := range m.held[id] {
+			if h.tier != tier && h.sent > sent && (first == nil || h.sent < first.sent) {
+				first = &h
+			}
+		}
 		delete(m.held, id)
-		if wasHeld && h.sent >= sent && h.tier != tier {
-			m.exists[id] = max(m.exists[id], h.sent)
-			m.add(id, h.tier, h.version, h.sent)
+		if first != nil {
+			m.exists[id] = max(m.exists[id], first.sent)
+			m.add(id, first.tier, first.version, first.sent)
 			return "applied"
 		}
 		if !ok {
@@ -124,11 +140,11 @@ func (m *model) stepAt(kind, id, tier, version string, sent int) string {
 	default: // deployment to a whole tier
 		changed, fresh, stale := false, false, false
 		for _, t := range m.order[tier] {
-			if m.release[t] > sent {
+			if m.release[tier+"/"+t] > sent {
 				stale = true
 				continue
 			}
-			fresh, m.release[t] = true, sent
+			fresh, m.release[tier+"/"+t] = true, sent
 			if m.version[t] != version {
 				m.version[t], changed = version, true
 			}
@@ -161,9 +177,9 @@ func (m *model) stepAt(kind, id, tier, version string, sent int) string {
 // add puts tenant id in tier as an onboarding sent at sent asking for
 // version does.
 func (m *model) add(id, tier, version string, sent int) {
-	m.release[id] = max(m.release[id], sent)
+	m.release[tier+"/"+id] = max(m.release[tier+"/"+id], sent)
 	if at := m.tierAt[tier]; at > sent {
-		version, m.release[id] = m.tierRel[tier], max(m.release[id], at) // a deployment sent later already ran
+		version, m.release[tier+"/"+id] = m.tierRel[tier], max(m.release[tier+"/"+id], at) // a deployment sent later already ran
 	}
 	m.tierOf[id], m.version[id] = tier, version
 	m.order[tier] = append(m.order[tier], id)

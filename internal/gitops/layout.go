@@ -5,6 +5,8 @@
 package gitops
 
 import (
+	"sigs.k8s.io/kustomize/api/konfig"
+
 	"errors"
 	"fmt"
 	"io/fs"
@@ -111,16 +113,28 @@ func (l Layout) Tiers(r Reader) ([]string, error) {
 // PooledEnvs lists the ids of the shared environments Flux applies, from the
 // entries of pooled-envs/kustomization.yaml.
 func (l Layout) PooledEnvs(r Reader) ([]string, error) {
-	content, err := r.ReadFile(path.Join(l.PooledEnvsDir(), kustomizationFile))
-	if errors.Is(err, fs.ErrNotExist) {
+	// The platform does not edit this file: it may have any name kustomize
+	// reads.
+	name := ""
+	for _, n := range konfig.RecognizedKustomizationFileNames() {
+		p := path.Join(l.PooledEnvsDir(), n)
+		if _, err := r.ReadFile(p); err == nil {
+			name = p
+			break
+		} else if !errors.Is(err, fs.ErrNotExist) {
+			return nil, err
+		}
+	}
+	if name == "" {
 		return nil, nil
 	}
+	content, err := r.ReadFile(name)
 	if err != nil {
 		return nil, err
 	}
 	entries, err := kustomization.Resources(content)
 	if err != nil {
-		return nil, formError(path.Join(l.PooledEnvsDir(), kustomizationFile), err)
+		return nil, formError(name, err)
 	}
 	var envs []string
 	for _, e := range entries {

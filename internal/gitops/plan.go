@@ -7,6 +7,7 @@ import (
 	"io/fs"
 	"path"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -167,7 +168,8 @@ func ledgerError(err error) error {
 // release is the release a tenant onboarded into tier by a message sent
 // at sent gets: the message's own (asked), or that of a deployment sent
 // after it and handled already (in send order, that deployment would have
-// found the tenant and moved it): its tier's, or one held for this tenant.
+// found the tenant and moved it): its tier's, or one held for this tenant
+// in this tier.
 func (p *planner) release(tier, id, asked string, sent int64) string {
 	if p.ledger == nil {
 		return asked
@@ -176,25 +178,43 @@ func (p *planner) release(tier, id, asked string, sent int64) string {
 	if rec, ok := p.ledger.Get(ledger.Tier(tier)); ok && rec.MS > at && rec.Value != "" {
 		release, at = rec.Value, rec.MS
 	}
-	if rec, ok := p.ledger.Get(ledger.Release(id)); ok && rec.MS > at {
-		if t, r, ok := heldFor(rec.Value); ok && t == tier {
-			release, at = r, rec.MS
-		}
+	key := ledger.ReleaseIn(tier, id)
+	if rec, ok := p.ledger.Get(key); ok && rec.MS > at && rec.Value != "" {
+		release, at = rec.Value, rec.MS
 	}
 	// Set, not Touch: the value a held deployment left is used up.
-	if rec, ok := p.ledger.Get(ledger.Release(id)); !ok || at >= rec.MS {
-		p.ledger.Set(ledger.Release(id), at, "")
+	if rec, ok := p.ledger.Get(key); !ok || at >= rec.MS {
+		p.ledger.Set(key, at, "")
 	}
 	return release
 }
 
-// held is how a held message's request is kept in a ledger value: the
-// tier and the release, one field.
-func held(tier, release string) string { return tier + ":" + release }
+// olderRelease reports whether the message was sent before the last
+// change to the tenant's release in tier (or, without a record of that,
+// the one a version before per-tier records wrote).
+func (p *planner) olderRelease(tier, id string) bool {
+	if p.ledger == nil {
+		return false
+	}
+	if _, ok := p.ledger.Get(ledger.ReleaseIn(tier, id)); ok {
+		return p.older(ledger.ReleaseIn(tier, id))
+	}
+	return p.older(ledger.Release(id))
+}
 
-func heldFor(value string) (tier, release string, ok bool) {
-	tier, release, ok = strings.Cut(value, ":")
-	return tier, release, ok && tier != "" && release != ""
+// freshRelease is fresh for the tenant's release in tier; a tenant without
+// a record of its own (added by hand) takes its tier's last deployment as
+// its record, so a late deployment does not roll it back.
+func (p *planner) freshRelease(tier, id string) bool {
+	if p.ledger != nil {
+		_, own := p.ledger.Get(ledger.ReleaseIn(tier, id))
+		_, legacy := p.ledger.Get(ledger.Release(id))
+		if !own && (legacy && p.older(ledger.Release(id)) || !legacy && p.older(ledger.Tier(tier))) {
+			p.stale++
+			return false
+		}
+	}
+	return p.fresh(ledger.ReleaseIn(tier, id))
 }
 
 // older reports whether the message was sent before the last change
@@ -309,7 +329,18 @@ func (p *planner) onboard(req message.Request) error {
 		// queues, and the offboarding may still come. It completes the move
 		// (see offboard); an offboarding sent after this message drops it,
 		// as the tier conflict would have in send order.
-		p.ledger.Set(ledger.Held(req.TenantID), p.sent, held(req.Tier, req.ReleaseVersion))
+		// Of two held to the same tier the first sent takes effect (the
+		// second meets the tenant there): the value keeps it and its send
+		// time, the record's time is the latest (a record only moves
+		// forward).
+		key := ledger.HeldIn(req.Tier, req.TenantID)
+		value := heldValue(req.ReleaseVersion, p.sent)
+		if rec, ok := p.ledger.Get(key); ok {
+			if _, at, ok := heldOf(rec.Value); ok && at <= p.sent {
+				value = rec.Value
+			}
+		}
+		p.ledger.Set(key, p.sent, value)
 		p.held = true
 		p.message = fmt.Sprintf("Held: tenant %s is in tier %s; it moves to tier %s when an offboarding "+
 			"from %s sent before this onboarding arrives", req.TenantID, other, req.Tier, other)
@@ -341,19 +372,9 @@ func (p *planner) add(tier, id, release string, sent int64) error {
 	if err != nil {
 		return fmt.Errorf("%w: render %s: %v", ErrBroken, p.TenantTemplate(tier), err)
 	}
-	if state.file {
-		// A file nobody applies (left over, or written by hand): it is kept
-		// when it declares what the template renders for the tenant, and
-		// rendered again when it declares anything else, which the
-		// onboarding does not ask Flux to apply.
-		current, err := p.r.ReadFile(name)
-		if err != nil {
-			return fmt.Errorf("read %s: %w", name, err)
-		}
-		if slices.Equal(sortedObjects(current), sortedObjects(out)) {
-			out = current
-		}
-	}
+	// A file nobody applies (left over, or written by hand) is rendered
+	// again: the onboarding asks Flux to apply the template's objects at
+	// its release, not what the file holds.
 	if err := p.checkCollisions(id, out); err != nil {
 		return err
 	}
@@ -388,12 +409,6 @@ func mustRead(r Reader, name string) []byte {
 	return b
 }
 
-func sortedObjects(content []byte) []object {
-	objs := objects(content)
-	slices.SortFunc(objs, func(a, b object) int { return strings.Compare(a.String(), b.String()) })
-	return objs
-}
-
 func (p *planner) offboard(req message.Request) error {
 	p.message = fmt.Sprintf("Removing tenant %s in tier %s", req.TenantID, req.Tier)
 	if p.older(ledger.Tenant(req.TenantID)) {
@@ -413,6 +428,15 @@ func (p *planner) offboard(req message.Request) error {
 			return err
 		}
 		if other != "" {
+			if p.dropHeld(req.Tier, req.TenantID) {
+				// In send order the held onboarding to this tier came first
+				// (after the offboarding from the other tier still on its
+				// way) and this removes it: it is dropped, and the tenant's
+				// record is left to that offboarding.
+				p.message = fmt.Sprintf("Removing tenant %s in tier %s: its held onboarding to %s is dropped",
+					req.TenantID, req.Tier, req.Tier)
+				return nil
+			}
 			return reject.Errorf(reject.TierConflict, "tenant %s is in tier %s, not %s: nothing removed",
 				req.TenantID, other, req.Tier)
 		}
@@ -429,31 +453,41 @@ func (p *planner) offboard(req message.Request) error {
 	return p.completeMove(req)
 }
 
-// completeMove carries out an onboarding held for the offboarding req: one
-// to another tier sent after req (in send order it found the tenant gone).
-// One sent before req is dropped: in send order it met the tenant in its
-// old tier and was refused.
+// completeMove carries out an onboarding held for the offboarding req: of
+// those to other tiers, the first sent after req (in send order it found
+// the tenant gone; the later ones found it in that tier and were refused).
+// Every held onboarding of the tenant is used up: those sent before req,
+// or at the same time (equal send times take effect in the order they are
+// handled, and the onboarding was handled first), met the tenant in its
+// old tier and were refused.
 func (p *planner) completeMove(req message.Request) error {
 	if p.ledger == nil {
 		return nil
 	}
-	rec, ok := p.ledger.Get(ledger.Held(req.TenantID))
-	tier, release, valid := heldFor(rec.Value)
-	if !ok || !valid {
-		return nil
+	tier, release, at := "", "", int64(0)
+	for _, t := range p.tiers {
+		key := ledger.HeldIn(t, req.TenantID)
+		rec, ok := p.ledger.Get(key)
+		r, sent, valid := heldOf(rec.Value)
+		if !ok || !valid {
+			continue
+		}
+		p.ledger.Set(key, rec.MS, "") // used up, either way
+		if t != req.Tier && sent > p.sent && (tier == "" || sent < at) {
+			tier, release, at = t, r, sent
+		}
 	}
-	p.ledger.Set(ledger.Held(req.TenantID), rec.MS, "-") // used up, either way
-	if rec.MS < p.sent || tier == req.Tier || p.checkTier(tier) != nil {
+	if tier == "" {
 		return nil
 	}
 	if err := p.checkNotPooledEnv(req.TenantID); err != nil {
 		return nil // as it would have been refused then
 	}
 	if other, err := p.otherTier(req.Tier, req.TenantID); err != nil || other != "" && other != tier {
-		return err // still in a third tier: it stays held no more
+		return err // in a third tier: it would have been refused
 	}
-	p.ledger.Touch(ledger.Tenant(req.TenantID), rec.MS)
-	if err := p.add(tier, req.TenantID, release, rec.MS); err != nil {
+	p.ledger.Touch(ledger.Tenant(req.TenantID), at)
+	if err := p.add(tier, req.TenantID, release, at); err != nil {
 		if _, ok := reject.As(err); ok {
 			return nil // the held onboarding is refused, not the offboarding
 		}
@@ -462,6 +496,31 @@ func (p *planner) completeMove(req message.Request) error {
 	p.also = append(p.also, message.Request{Kind: message.Onboarding, TenantID: req.TenantID, Tier: tier, ReleaseVersion: release})
 	p.message += fmt.Sprintf("; adding it in tier %s, as a held onboarding sent after this offboarding asks", tier)
 	return nil
+}
+
+// heldValue is how a held onboarding is kept in its record's value: its
+// release and send time (Unix ms), one field.
+func heldValue(release string, sent int64) string { return release + "," + strconv.FormatInt(sent, 10) }
+
+func heldOf(value string) (release string, sent int64, ok bool) {
+	release, ms, ok := strings.Cut(value, ",")
+	sent, err := strconv.ParseInt(ms, 10, 64)
+	return release, sent, ok && err == nil && release != ""
+}
+
+// dropHeld uses up an onboarding of the tenant to tier held since before
+// the message was sent; it reports whether there was one.
+func (p *planner) dropHeld(tier, id string) bool {
+	if p.ledger == nil {
+		return false
+	}
+	key := ledger.HeldIn(tier, id)
+	rec, ok := p.ledger.Get(key)
+	if _, sent, valid := heldOf(rec.Value); !ok || !valid || sent > p.sent {
+		return false
+	}
+	p.ledger.Set(key, rec.MS, "")
+	return true
 }
 
 func (p *planner) editKustomization(tier, id string, edit func([]byte, string) ([]byte, bool, error)) error {
@@ -489,7 +548,7 @@ func (p *planner) deploy(req message.Request) error {
 	// or not the tier or the tenant is still there.
 	if req.TenantID != "" {
 		p.message = fmt.Sprintf("Deploying to tenant %s in tier %s, version %s", req.TenantID, req.Tier, req.ReleaseVersion)
-		if p.older(ledger.Release(req.TenantID)) {
+		if p.olderRelease(req.Tier, req.TenantID) {
 			p.stale++
 			return nil
 		}
@@ -527,7 +586,7 @@ func (p *planner) deploy(req message.Request) error {
 			}
 			// Not there yet: the onboarding sent before it may still come
 			// (on its own queue), and takes this release (see release).
-			p.ledger.Set(ledger.Release(req.TenantID), p.sent, held(req.Tier, req.ReleaseVersion))
+			p.ledger.Set(ledger.ReleaseIn(req.Tier, req.TenantID), p.sent, req.ReleaseVersion)
 			p.held = true
 			p.message = fmt.Sprintf("Held: tenant %s is not in tier %s; an onboarding of it to %s sent before "+
 				"this deployment takes release %s", req.TenantID, req.Tier, req.Tier, req.ReleaseVersion)
@@ -545,7 +604,7 @@ func (p *planner) deploy(req message.Request) error {
 		if message.ValidateTenantID(id) != nil {
 			continue // not a tenant file this worker wrote; leave it alone
 		}
-		if !p.freshOr(ledger.Release(id), ledger.Tier(req.Tier)) {
+		if !p.freshRelease(req.Tier, id) {
 			continue // given its release by a message sent after this one
 		}
 		if err := p.rerender(p.TenantFile(req.Tier, id), tmplName, tmpl,

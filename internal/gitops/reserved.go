@@ -34,21 +34,47 @@ var docSeparator = regexp.MustCompile(`(?m)^---[ \t]*(#[^\r\n]*)?\r?$`)
 func Documents(content []byte) []string { return docSeparator.Split(string(content), -1) }
 
 // objects lists the objects the YAML documents of content declare;
-// documents that are not Kubernetes objects are passed over.
+// documents that are not Kubernetes objects are passed over, and lists
+// (a kind ending in List, with items) stand for their items, as kustomize
+// reads them.
 func objects(content []byte) []object {
 	var out []object
 	for _, doc := range Documents(content) {
-		var meta struct {
-			Kind     string `json:"kind"`
-			Metadata struct {
-				Name      string `json:"name"`
-				Namespace string `json:"namespace"`
-			} `json:"metadata"`
-		}
-		if yaml.Unmarshal([]byte(doc), &meta) != nil || meta.Kind == "" || meta.Metadata.Name == "" {
+		var body map[string]any
+		if yaml.Unmarshal([]byte(doc), &body) != nil {
 			continue
 		}
-		out = append(out, object{meta.Kind, meta.Metadata.Namespace, meta.Metadata.Name})
+		for _, o := range Expand(body) {
+			kind, _ := o["kind"].(string)
+			meta, _ := o["metadata"].(map[string]any)
+			name, _ := meta["name"].(string)
+			ns, _ := meta["namespace"].(string)
+			if kind != "" && name != "" {
+				out = append(out, object{kind, ns, name})
+			}
+		}
+	}
+	return out
+}
+
+// Expand returns the objects a document stands for, as kustomize reads
+// it: a list (kind FooList or List, with an items field) stands for its
+// items, lists within it too; nil items, for nothing; anything else, for
+// itself.
+func Expand(body map[string]any) []map[string]any {
+	if body == nil {
+		return nil
+	}
+	kind, _ := body["kind"].(string)
+	items, ok := body["items"]
+	if !strings.HasSuffix(kind, "List") || !ok {
+		return []map[string]any{body}
+	}
+	list, _ := items.([]any)
+	var out []map[string]any
+	for _, it := range list {
+		m, _ := it.(map[string]any)
+		out = append(out, Expand(m)...)
 	}
 	return out
 }

@@ -304,10 +304,9 @@ func decode(content []byte) ([]object, error) {
 		if err := yaml.Unmarshal([]byte(doc), &body); err != nil {
 			return nil, fmt.Errorf("document %d: %w", i+1, err)
 		}
-		if body == nil {
-			continue // comments only
+		for _, o := range gitops.Expand(body) { // nil: comments only
+			out = append(out, objectOf(o))
 		}
-		out = append(out, objectOf(body))
 	}
 	return out, nil
 }

@@ -13,8 +13,15 @@ import (
 // Tenant is whether a tenant exists.
 func Tenant(id string) string { return "tenant/" + escape(id) }
 
-// Release is a tenant's release.
+// Release is a tenant's release, as versions before ReleaseIn wrote it:
+// read where ReleaseIn has no record yet.
 func Release(id string) string { return "release/" + escape(id) }
+
+// ReleaseIn is a tenant's release in one tier: a deployment of the tier it
+// left (or of one it never was in) does not touch its release in another.
+// A deployment held for the onboarding sent before it keeps its release as
+// the value.
+func ReleaseIn(tier, id string) string { return "release/" + escape(tier) + "/" + escape(id) }
 
 // Env is a pooled environment's release. Its name comes from a file name
 // that someone wrote by hand, which may hold blanks.
@@ -24,9 +31,9 @@ func Env(name string) string { return "env/" + escape(name) }
 // message sent before it takes.
 func Tier(name string) string { return "tier/" + escape(name) }
 
-// Held is an onboarding held until the offboarding that moves the tenant
-// out of its current tier arrives: "tier:release" of the onboarding.
-func Held(id string) string { return "held/" + escape(id) }
+// HeldIn is an onboarding to tier held until the offboarding that moves
+// the tenant out of its current tier arrives; the value is its release.
+func HeldIn(tier, id string) string { return "held/" + escape(tier) + "/" + escape(id) }
 
 // escape keeps a name to one field of a line: ASCII blanks and control
 // bytes, "%" and DEL are written as %XX; every other byte, Unicode white

@@ -32,7 +32,7 @@ func TestImportOfTodaysFiles(t *testing.T) {
 		"env/pool%1 200\n"+ // written before escaping: pool%1
 		"env/pool%20two 300\n"+
 		"env/pool\u00a0three 310\n"+
-		"held/t3 90 premium:1.0\n"+
+		"held/premium/t3 90 1.0,90\n"+
 		"release/t1 120 -\n"+
 		"tenant/t1 120\n"+
 		"tier/basic 100 1.0\n"+
@@ -42,13 +42,13 @@ func TestImportOfTodaysFiles(t *testing.T) {
 			"m-2 "+itoa(t0-3*hourMS)+"\n"+
 			"id\u00a0x "+itoa(t0)+"\n")
 	for key, want := range map[string]Record{
-		Env("pool%1"):          {MS: 200},
-		Env("pool two"):        {MS: 300},
-		Env("pool\u00a0three"): {MS: 310},
-		Held("t3"):             {MS: 90, Value: "premium:1.0"},
-		Release("t1"):          {MS: 120, Value: "-"},
-		Tenant("t1"):           {MS: 120},
-		Tier("basic"):          {MS: 100, Value: "1.0"},
+		Env("pool%1"):           {MS: 200},
+		Env("pool two"):         {MS: 300},
+		Env("pool\u00a0three"):  {MS: 310},
+		HeldIn("premium", "t3"): {MS: 90, Value: "1.0,90"},
+		Release("t1"):           {MS: 120, Value: "-"},
+		Tenant("t1"):            {MS: 120},
+		Tier("basic"):           {MS: 100, Value: "1.0"},
 	} {
 		if r, ok := l.Get(key); !ok || r != want {
 			t.Errorf("%q: %+v %v, want %+v", key, r, ok, want)

@@ -5,6 +5,7 @@ package validate
 
 import (
 	"bytes"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"path"
@@ -170,15 +171,49 @@ func HelmReleases(content []byte) error {
 		if err := yaml.Unmarshal([]byte(doc), &meta); err != nil {
 			return fmt.Errorf("document %d: %w", i+1, err)
 		}
+		if strings.HasSuffix(meta.Kind, "List") {
+			// kustomize applies a list's items: each HelmRelease among them
+			// is checked as a document of its own.
+			if err := listedHelmReleases([]byte(doc)); err != nil {
+				return fmt.Errorf("document %d (%s): %w", i+1, meta.Kind, err)
+			}
+			continue
+		}
 		if meta.Kind != "HelmRelease" {
 			continue
 		}
-		body, err := withoutSubstitutions([]byte(doc))
-		if err != nil {
-			return fmt.Errorf("document %d: %w", i+1, err)
-		}
-		if err := helmRelease(meta.APIVersion, body); err != nil {
+		if err := checkHelmRelease(meta.APIVersion, []byte(doc)); err != nil {
 			return fmt.Errorf("document %d (HelmRelease %s): %w", i+1, meta.APIVersion, err)
+		}
+	}
+	return nil
+}
+
+func checkHelmRelease(apiVersion string, doc []byte) error {
+	body, err := withoutSubstitutions(doc)
+	if err != nil {
+		return err
+	}
+	return helmRelease(apiVersion, body)
+}
+
+// listedHelmReleases checks the HelmReleases among a list's items.
+func listedHelmReleases(doc []byte) error {
+	var body map[string]any
+	if err := yaml.Unmarshal(doc, &body); err != nil {
+		return err
+	}
+	for j, item := range gitops.Expand(body) {
+		if kind, _ := item["kind"].(string); kind != "HelmRelease" {
+			continue
+		}
+		apiVersion, _ := item["apiVersion"].(string)
+		js, err := json.Marshal(item)
+		if err != nil {
+			return err
+		}
+		if err := checkHelmRelease(apiVersion, js); err != nil {
+			return fmt.Errorf("item %d (HelmRelease %s): %w", j+1, apiVersion, err)
 		}
 	}
 	return nil

@@ -83,3 +83,17 @@ func TestHelmReleaseV2(t *testing.T) {
 		t.Fatal("release name over 53 characters accepted")
 	}
 }
+
+// TestHelmReleasesInAList: kustomize applies a List's items, so a
+// HelmRelease among them is decoded as strictly as one of its own.
+func TestHelmReleasesInAList(t *testing.T) {
+	item := "  - apiVersion: helm.toolkit.fluxcd.io/v2\n    kind: HelmRelease\n    metadata:\n      name: NAME\n    spec:\n      interval: 1m\n      chart:\n        spec:\n          chart: c\n          sourceRef:\n            kind: HelmRepository\n            name: r\n"
+	list := "apiVersion: v1\nkind: List\nitems:\n" + strings.Replace(item, "NAME", "x", 1)
+	if err := HelmReleases([]byte(list)); err != nil {
+		t.Fatalf("a valid HelmRelease in a List: %v", err)
+	}
+	bad := list + strings.Replace(item, "NAME", strings.Repeat("a", 60), 1)
+	if err := HelmReleases([]byte(bad)); err == nil || !strings.Contains(err.Error(), "item 2") {
+		t.Fatalf("a HelmRelease in a List with a name over 53 characters: %v", err)
+	}
+}
