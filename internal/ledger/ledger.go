@@ -10,7 +10,7 @@
 // message names:
 //
 //	targets/<h0h1>/<h2h3>                 "key ms [value]" lines, sorted by key
-//	messages/<YYYYMMDDHH>/<h0h1>/<h2h3>   "id ms" lines, sorted by id
+//	messages/<YYYYMMDDHH>/<h0h1>          "id ms" lines, sorted by id
 //
 // A target's group is named by the first four hex digits of the sha256 of
 // its key as written (Tenant("t1") is "tenant/t1", escaped as below); a
