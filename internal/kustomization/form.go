@@ -13,11 +13,12 @@ import (
 
 // ErrForm marks a kustomization written in a form the editor will not
 // edit: two keys that kustomize reads as the resources list, a flow
-// mapping, a "resources:" line kustomize does not read as the key, a file
-// kustomize itself refuses, an edit that would change what kustomize reads
-// beyond the one entry. It is a fault of the repository, named with the
-// file by the caller, never of a message; every refusal of the package is
-// one, so no caller retries a file that cannot change by itself.
+// mapping, a "resources:" line kustomize does not read as the key, a list
+// with an anchor that another field uses, a file kustomize itself refuses,
+// an edit that would change what kustomize reads beyond the one entry. It
+// is a fault of the repository, named with the file by the caller, never
+// of a message; every refusal of the package is one, so no caller retries
+// a file that cannot change by itself.
 var ErrForm = errors.New("kustomization form the worker does not edit")
 
 // IsForm reports whether err is an ErrForm.
@@ -92,7 +93,8 @@ func isListKey(key string) bool {
 // spaced, as an explicit "? " key, in another case, as bases, as a flow or
 // tagged list, or a "resources:" line elsewhere fooled it), b becomes that
 // key's lines as the YAML parser places them, to be rewritten in block
-// style with kustomize's entries. Anything else is refused by name.
+// style with kustomize's entries. Anything else is refused by name, and so
+// is a list with an anchor that another field uses through an alias.
 func checkForm(lines []string, b block) (block, error) {
 	content := []byte(strings.Join(lines, ""))
 	listed, err := Listed(content)
@@ -123,6 +125,9 @@ func checkForm(lines []string, b block) (block, error) {
 	case len(keys) == 0:
 		return b, nil // no list at all
 	}
+	if err := aliasedAnchor(mapping, keys[0]); err != nil {
+		return b, err
+	}
 	if b.end < 0 && keys[0].Line-1 == b.key && slices.Equal(b.values, listed) {
 		return b, nil
 	}
@@ -131,6 +136,68 @@ func checkForm(lines []string, b block) (block, error) {
 		return b, err
 	}
 	return block{key: start, end: end, indent: "  ", values: listed}, nil
+}
+
+// aliasedAnchor refuses a resources list that another field uses through
+// an alias of an anchor on the list, on its key or on a node inside it
+// ("resources: &list" and "crds: *list"): an edit of the list in place
+// would edit that field too, and a rewrite would drop the anchor the alias
+// needs. An alias inside the list itself is only a way to write an entry.
+func aliasedAnchor(mapping, key *yaml.Node) error {
+	inside := map[*yaml.Node]bool{}
+	var mark func(n *yaml.Node)
+	mark = func(n *yaml.Node) {
+		inside[n] = true
+		for _, c := range n.Content {
+			mark(c)
+		}
+	}
+	mark(key)
+	mark(valueOf(mapping, key))
+	var use *yaml.Node
+	var find func(n *yaml.Node)
+	find = func(n *yaml.Node) {
+		if use != nil || inside[n] {
+			return
+		}
+		if n.Kind == yaml.AliasNode && inside[n.Alias] {
+			use = n
+			return
+		}
+		for _, c := range n.Content {
+			find(c)
+		}
+	}
+	for i := 0; i+1 < len(mapping.Content) && use == nil; i += 2 {
+		field := mapping.Content[i]
+		find(field)
+		find(mapping.Content[i+1])
+		if use != nil {
+			where := "a key"
+			if use != field {
+				where = fmt.Sprintf("%q", field.Value)
+			}
+			what := "list"
+			if use.Alias == key {
+				what = "key"
+			}
+			return fmt.Errorf("%w: the resources %s carries the anchor &%s (line %d), and %s uses it on line %d (*%s): "+
+				"an edit of the list would change that field too; write its value out instead of the alias",
+				ErrForm, what, use.Alias.Anchor, use.Alias.Line, where, use.Line, use.Value)
+		}
+	}
+	return nil
+}
+
+// valueOf is the value of key in mapping m (a node of no content when
+// there is none).
+func valueOf(m, key *yaml.Node) *yaml.Node {
+	for i := 0; i+1 < len(m.Content); i += 2 {
+		if m.Content[i] == key {
+			return m.Content[i+1]
+		}
+	}
+	return &yaml.Node{}
 }
 
 // extent is the lines of the top-level key's entry, as the YAML parser

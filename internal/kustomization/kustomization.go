@@ -33,6 +33,10 @@ type block struct {
 	// come from the YAML parser (see checkForm); an edit first rewrites it
 	// in block style.
 	end int
+	// anchored: the key line puts an anchor on the list ("resources:
+	// &list"), which another field may use through an alias. Such content
+	// is checked on every read, verified before or not (see checkForm).
+	anchored bool
 }
 
 // Normalize gives the path an entry names: "./t1.yaml" and "t1.yaml" are
@@ -113,11 +117,13 @@ func read(content []byte) (parsedFile, [32]byte, error) {
 	if err != nil {
 		return parsedFile{}, sum, err
 	}
-	if !verified.has(sum) || b.end >= 0 {
+	if !verified.has(sum) || b.end >= 0 || b.anchored {
 		// Content first seen: what the line parser read must be what
 		// kustomize reads, or the edit would change the list kustomize
 		// builds in a way nobody asked for. An irregular list gets its
-		// extent from the YAML parser there.
+		// extent from the YAML parser there. A list with an anchor is
+		// checked every time, whatever was verified: an alias of it in
+		// another field would make an edit in place edit that field too.
 		if b, err = checkForm(lines, b); err != nil {
 			return parsedFile{}, sum, err
 		}
@@ -351,8 +357,8 @@ func parse(lines []string) (block, error) {
 			b.key, b.empty = i, true
 			return b, nil
 		}
-		if resourcesKey.MatchString(text) {
-			b.key = i
+		if m := resourcesKey.FindStringSubmatch(text); m != nil {
+			b.key, b.anchored = i, m[1] != ""
 			break
 		}
 		if strings.HasPrefix(text, "resources:") {
@@ -410,8 +416,8 @@ func irregular(lines []string, b block) (block, error) {
 // the same entries in block style, and returns the new lines and the list
 // as the line editor edits it in place. Every other line is kept, and a
 // byte order mark or a missing final newline with it; comments inside the
-// list and its anchors go with the list (a use of those anchors elsewhere
-// makes the edit fail its check).
+// list and its anchors go with the list (checkForm refuses a list with an
+// anchor that another field uses).
 func regular(lines []string, b block) ([]string, block) {
 	nl := lineEnding(lines[b.key])
 	if nl == "" {

@@ -221,6 +221,13 @@ func TestFormsRefused(t *testing.T) {
 		"list inside a quoted scalar":     head + "namePrefix: \"a\nresources:\n  - t1.yaml\n b\"\n",
 		"whole list in a quoted scalar":   "namePrefix: \"\nresources:\n- dummy-configmap.yaml\n- t1.yaml\n\"\n",
 		"empty list in a quoted scalar":   head + "namePrefix: \"a\nresources: []\n\"\n",
+		// An anchor on the list, or inside it, that another field uses:
+		// an edit of the list would edit that field too.
+		"anchored list used by crds":            head + aliasedLists["crds"],
+		"anchored list used by configurations":  head + aliasedLists["configurations"],
+		"anchored flow list used by components": head + aliasedLists["components"],
+		"anchored item used by crds":            head + aliasedLists["item"],
+		"anchored list used in helm values":     head + aliasedLists["helm values"],
 	} {
 		t.Run(name, func(t *testing.T) {
 			for op, edit := range map[string]func([]byte, string) ([]byte, bool, error){"Add": Add, "Remove": Remove} {
@@ -235,6 +242,42 @@ func TestFormsRefused(t *testing.T) {
 				t.Fatalf("Resources: %v, want ErrForm", err)
 			}
 		})
+	}
+}
+
+// aliasedLists are resources lists with an anchor (on the list or on an
+// entry) that another field kustomize reads uses through an alias.
+var aliasedLists = map[string]string{
+	"crds":           "resources: &list\n  - dummy-configmap.yaml\n  - t1.yaml\ncrds: *list\n",
+	"configurations": "resources: &list # the tier's\n  - dummy-configmap.yaml\n  - t1.yaml\nconfigurations: *list\n",
+	"components":     "resources: &list [dummy-configmap.yaml, t1.yaml]\ncomponents: *list\n",
+	"item":           "resources:\n  - &d dummy-configmap.yaml\n  - t1.yaml\ncrds:\n  - *d\n",
+	"helm values":    "resources: &list\n  - dummy-configmap.yaml\n  - t1.yaml\nhelmCharts:\n  - name: x\n    valuesInline:\n      tenants: *list\n",
+}
+
+// TestAliasedListRefusedThoughVerified: a list that another field uses
+// through an alias is refused by the name of its anchor, even when its
+// content was once remembered as checked, so no edit takes the fast path
+// that checks only the edited lines.
+func TestAliasedListRefusedThoughVerified(t *testing.T) {
+	const head = "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\n"
+	for name, list := range aliasedLists {
+		content := []byte(head + list)
+		anchor := "&list"
+		if name == "item" {
+			anchor = "&d"
+		}
+		verified.add(sha256.Sum256(content))
+		for op, edit := range map[string]func([]byte) ([]byte, bool, error){
+			"Add t2":    func(c []byte) ([]byte, bool, error) { return Add(c, "t2.yaml") },
+			"Remove t1": func(c []byte) ([]byte, bool, error) { return Remove(c, "t1.yaml") },
+			"Filter":    func(c []byte) ([]byte, bool, error) { return Filter(c, func(string) bool { return false }) },
+		} {
+			out, changed, err := edit(content)
+			if !IsForm(err) || changed || out != nil || !strings.Contains(err.Error(), anchor) {
+				t.Errorf("%s, %s: changed=%v err=%v, want ErrForm naming %s:\n%s", name, op, changed, err, anchor, out)
+			}
+		}
 	}
 }
 
