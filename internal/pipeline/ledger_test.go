@@ -147,6 +147,7 @@ func TestLedgerMovesOutOfTheTree(t *testing.T) {
 	}
 
 	p := restart(t, e, "")
+	replica := restart(t, e, "") // started beside it, on the same head
 	off := decode(t, message.Offboarding, `{"tenant_id":"t1","tenant_tier":"premium"}`)
 	res := p.Apply(context.Background(), []Job{
 		{Request: on, MessageID: "m-on", SentAt: sent},                          // redelivered
@@ -163,6 +164,18 @@ func TestLedgerMovesOutOfTheTree(t *testing.T) {
 	}
 	if show(t, e, "tenants/premium/t1.yaml") == "<absent>" {
 		t.Fatal("t1 is gone")
+	}
+	// The replica, which saw the in-tree ledger too, loses the race with
+	// its own migration and decides on the branch made: one migration.
+	r0 := replica.Apply(context.Background(), []Job{{Request: on, MessageID: "m-on", SentAt: sent}})[0]
+	if r0.Err != nil || !r0.Duplicate {
+		t.Fatalf("the replica's redelivery: %+v", r0)
+	}
+	if n := strings.Count(mustOut(t, e, "log", "--format=%s", "main"), "Move the tenant-worker ledger"); n != 1 {
+		t.Fatalf("%d migrations on main", n)
+	}
+	if roots := mustOut(t, e, "rev-list", "--max-parents=0", "tenant-worker/ledger"); strings.Count(roots, "\n") != 1 {
+		t.Fatalf("the ledger branch has roots %q", roots)
 	}
 	// A restarted worker reads the records from the ledger branch alone.
 	p = restart(t, e, "")
