@@ -45,7 +45,9 @@ func planCmd(args []string, stdout, stderr io.Writer, getenv func(string) string
 		Layout: gitops.Layout{Root: opts.GitopsRoot}, DryRun: true, MaxAttempts: 1,
 		Observer: stepLine{line},
 	})
-	res := p.ApplyOne(ctx, request)
+	// Sent now: decided with the ledger, as the worker decides a message
+	// sent now (the stale rule, held messages), and nothing recorded.
+	res := p.Apply(ctx, []pipeline.Job{{Request: request, SentAt: time.Now()}})[0]
 	line.Clear()
 	if res.Err != nil {
 		if r, ok := reject.As(res.Err); ok {
@@ -55,7 +57,15 @@ func planCmd(args []string, stdout, stderr io.Writer, getenv func(string) string
 		fmt.Fprintf(stderr, "tenant-worker plan: %v\n", res.Err)
 		return 1
 	}
-	if !res.Applied {
+	if res.Held {
+		fmt.Fprintf(stdout, "held: %s (%s at %s); it would change nothing now\n", res.Message, opts.GitBranch, repo.Head())
+		return 3
+	}
+	if res.Stale {
+		fmt.Fprintf(stdout, "stale: %s: the ledger holds a change to what it names sent after now (are the clocks apart?)\n", res.Message)
+		return 0
+	}
+	if !res.Applied || res.Recorded {
 		fmt.Fprintf(stdout, "nothing to change: %s is already carried out on %s (%s)\n", res.Message, opts.GitBranch, repo.Head())
 		return 0
 	}
@@ -103,8 +113,10 @@ const planUsage = `Usage: tenant-worker plan onboarding|offboarding|deployment [
 Run the worker's pipeline on a message without pushing: clone the branch,
 render the change, commit it in memory and check it the way Flux will read
 it (kustomize build, HelmRelease decoding), then print the diff it would
-push. Exit 0 with a diff or "nothing to change", 1 if the worker would
-refuse the message (the reason is printed), 2 for bad flags.
+push. It is decided with the ledger as a message sent now. Exit 0 with a
+diff or "nothing to change", 1 if the worker would refuse the message (the
+reason is printed), 3 if it would hold it until a message sent before it
+arrives, 2 for bad flags.
 
 Example:
   tenant-worker plan onboarding --tenant-id tenant-1 --tier premium --release 0.0

@@ -190,16 +190,11 @@ func (p *planner) release(tier, id, asked string, sent int64) string {
 }
 
 // olderRelease reports whether the message was sent before the last
-// change to the tenant's release in tier (or, without a record of that,
-// the one a version before per-tier records wrote).
+// change to the tenant's release in tier, or before the record of its
+// release a version before per-tier records wrote (a repository migrated
+// from the in-tree ledger, or a replica of that version still running).
 func (p *planner) olderRelease(tier, id string) bool {
-	if p.ledger == nil {
-		return false
-	}
-	if _, ok := p.ledger.Get(ledger.ReleaseIn(tier, id)); ok {
-		return p.older(ledger.ReleaseIn(tier, id))
-	}
-	return p.older(ledger.Release(id))
+	return p.older(ledger.ReleaseIn(tier, id)) || p.older(ledger.Release(id))
 }
 
 // freshRelease is fresh for the tenant's release in tier; a tenant without
@@ -209,7 +204,7 @@ func (p *planner) freshRelease(tier, id string) bool {
 	if p.ledger != nil {
 		_, own := p.ledger.Get(ledger.ReleaseIn(tier, id))
 		_, legacy := p.ledger.Get(ledger.Release(id))
-		if !own && (legacy && p.older(ledger.Release(id)) || !legacy && p.older(ledger.Tier(tier))) {
+		if p.older(ledger.Release(id)) || !own && !legacy && p.older(ledger.Tier(tier)) {
 			p.stale++
 			return false
 		}
@@ -334,13 +329,14 @@ func (p *planner) onboard(req message.Request) error {
 		// time, the record's time is the latest (a record only moves
 		// forward).
 		key := ledger.HeldIn(req.Tier, req.TenantID)
-		value := heldValue(req.ReleaseVersion, p.sent)
+		value, at := heldValue(req.ReleaseVersion, p.sent), p.sent
 		if rec, ok := p.ledger.Get(key); ok {
-			if _, at, ok := heldOf(rec.Value); ok && at <= p.sent {
+			at = max(at, rec.MS)
+			if _, first, ok := heldOf(rec.Value); ok && first <= p.sent {
 				value = rec.Value
 			}
 		}
-		p.ledger.Set(key, p.sent, value)
+		p.ledger.Set(key, at, value)
 		p.held = true
 		p.message = fmt.Sprintf("Held: tenant %s is in tier %s; it moves to tier %s when an offboarding "+
 			"from %s sent before this onboarding arrives", req.TenantID, other, req.Tier, other)

@@ -68,6 +68,18 @@ func (r *Repo) compact() error {
 			return fmt.Errorf("compact clone: %w", err)
 		}
 	}
+	// The clone now holds the heads without their history: it says so to
+	// the server (shallow, as a clone of depth 1), which otherwise counts
+	// every object reachable from the heads' ancestors as held here, and
+	// leaves out of a later fetch an older tree a new commit brings back (a
+	// revert), read then as absent.
+	shallow := []plumbing.Hash{r.head}
+	if !r.ledgerHead.IsZero() {
+		shallow = append(shallow, r.ledgerHead)
+	}
+	if err := dst.SetShallow(shallow); err != nil {
+		return fmt.Errorf("compact clone: %w", err)
+	}
 	cfg, err := r.repo.Config()
 	if err != nil {
 		return fmt.Errorf("compact clone: %w", err)

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"strings"
 	"testing"
+
+	"github.com/go-git/go-git/v5/plumbing"
 )
 
 func openWithLedger(t *testing.T, url string) *Repo {
@@ -106,5 +108,30 @@ func TestNoAtomicNoTwoRefPush(t *testing.T) {
 	out, _ := srv.Output("gitops.git", "for-each-ref", "--format=%(refname) %(objectname)")
 	if !strings.Contains(out, "refs/heads/main "+main0.String()) || strings.Contains(out, "ledger") {
 		t.Fatalf("refs moved:\n%s", out)
+	}
+}
+
+// TestLedgerAlonePushHoldsOnlyOnTheBranchDecidedOn: a push that moves the
+// ledger alone still checks the branch: moved by someone else since, the
+// push is a lost race and the ledger does not move.
+func TestLedgerAlonePushHoldsOnlyOnTheBranchDecidedOn(t *testing.T) {
+	srv, url := startServer(t)
+	r := openWithLedger(t, url)
+	ctx := context.Background()
+	main0 := r.Head()
+	l1, _ := r.Commit(plumbing.ZeroHash, map[string][]byte{"messages/1": []byte("m1 1\n")}, "record")
+	if err := r.PushRefs(ctx, Move{main0, main0}, Move{plumbing.ZeroHash, l1}); err != nil {
+		t.Fatalf("the ledger alone on an unchanged branch: %v", err)
+	}
+	if err := srv.WriteFile("gitops.git", "main", "a/hand.yaml", "by hand\n", "a hand edit"); err != nil {
+		t.Fatal(err)
+	}
+	l2, _ := r.Commit(l1, map[string][]byte{"messages/2": []byte("m2 2\n")}, "record 2")
+	if err := r.PushRefs(ctx, Move{main0, main0}, Move{l1, l2}); !IsConflict(err) {
+		t.Fatalf("the ledger alone on a branch moved since: %v, want a lost race", err)
+	}
+	out, _ := srv.Output("gitops.git", "rev-parse", "tenant-worker/ledger")
+	if strings.TrimSpace(out) != l1.String() {
+		t.Fatalf("the ledger moved to %s", out)
 	}
 }

@@ -369,7 +369,11 @@ func (r *Repo) sendPack(ctx context.Context, auth transport.AuthMethod, main, le
 // branch's that move.
 func (r *Repo) commands(main, ledger Move) []*packp.Command {
 	var cmds []*packp.Command
-	if main.moves() {
+	if main.moves() || ledger.moves() && !main.Old.IsZero() {
+		// A ledger that moves alone still names the branch, from its commit
+		// to itself: the atomic push then holds only while the branch is
+		// where the records were decided on (a record of a message found
+		// in place must not land on a branch someone changed meanwhile).
 		cmds = append(cmds, &packp.Command{Name: plumbing.NewBranchReferenceName(r.opts.Branch), Old: main.Old, New: main.New})
 	}
 	if ledger.moves() {

@@ -191,12 +191,22 @@ func (r *Repo) Fetch(ctx context.Context) (plumbing.Hash, error) {
 	if err != nil {
 		return plumbing.ZeroHash, fmt.Errorf("fetch: %w: %v", ErrAuth, err)
 	}
-	err = r.repo.FetchContext(ctx, &git.FetchOptions{
+	opts := &git.FetchOptions{
 		RemoteName: remoteName,
 		Auth:       auth,
 		Force:      true,
 		Tags:       git.NoTags,
-	})
+		// A ledger branch deleted on the server is deleted here too, not
+		// pushed against forever.
+		Prune: true,
+	}
+	if shallow, err := r.repo.Storer.Shallow(); err == nil && len(shallow) > 0 {
+		// A compacted clone holds no history: it tells the server its
+		// shallow edge, which only a fetch with a depth sends, so that the
+		// server counts as held here only what the heads' trees hold.
+		opts.Depth = 1
+	}
+	err = r.repo.FetchContext(ctx, opts)
 	if err != nil && !errors.Is(err, git.NoErrAlreadyUpToDate) {
 		if strings.Contains(err.Error(), "couldn't find remote ref") {
 			return plumbing.ZeroHash, fmt.Errorf("fetch %s: branch %q does not exist", r.url(), r.opts.Branch)

@@ -73,7 +73,7 @@ func TestLayout(t *testing.T) {
 	l.Touch(Env("pool two"), 7)
 	l.Note("m-1", t0)
 	c := l.Changes()
-	tp := "targets/" + hash("env/pool%20two") // the key as written
+	tp := "targets/" + hash("env/pool%20two")      // the key as written
 	mp := "messages/2026120314/" + hash("m-1")[:2] // one level within the hour
 	if len(c) != 2 || c[tp] == nil || c[mp] == nil {
 		t.Fatalf("changes %v, want %s and %s", slices.Collect(maps.Keys(c)), tp, mp)

@@ -179,7 +179,8 @@ func (p *Pipeline) Probe(ctx context.Context, job Job) error {
 	if err := p.repo.CanPush(ctx); err != nil {
 		return err
 	}
-	job.MessageID = "" // a dry run of the request, not a delivery
+	// A dry run of the very delivery, its id too: the ledger's group of
+	// the message is read as the delivery reads it (nothing is pushed).
 	res := p.apply(ctx, []Job{job}, true)[0]
 	if _, rejected := reject.As(res.Err); rejected {
 		return nil

@@ -69,14 +69,14 @@ func (b *batch) applyJob(ctx context.Context, i int) {
 	// The records first: a change to the branch Flux reads always comes
 	// with them, a no-op, a held or an already-in-place message with them
 	// alone, and main does not move for it.
-	ledgerCommit, err := b.commit(b.ledgerTip, plan.Ledger, withTrailers(plan.Message, job))
+	ledgerCommit, err := b.commit(b.ledgerTip, b.underRoot(plan.Ledger), withTrailers(plan.Message, job))
 	if err != nil {
 		res.Err = err
 		return
 	}
 	if len(plan.Files) == 0 {
 		b.ledgerTip = ledgerCommit
-		res.Commit = b.tip
+		res.Commit = ledgerCommit // the commit that holds the record
 		b.pending[i] = true
 		return
 	}
@@ -251,7 +251,7 @@ func (b *batch) plan(before, records *gitrepo.Snapshot, i int) (gitops.Change, e
 		job := b.jobs[i]
 		change, err = b.p.opts.Layout.PlanAt(before, job.Request, gitops.Stamp{
 			MessageID: job.MessageID, Sent: job.SentAt, Now: time.Now(), Retention: b.p.opts.Retention,
-			Ledger: records,
+			Ledger: rooted{records, b.p.opts.Layout.Root},
 		})
 		return err
 	})
@@ -334,7 +334,7 @@ func withTrailers(subject string, job Job) string {
 // atomic push. No record is lost, and none is kept twice: a replica that
 // migrates too loses the race and finds the branch made.
 func (b *batch) migrate() error {
-	if !b.ledgerBase.IsZero() || b.base.IsZero() {
+	if b.base.IsZero() {
 		return nil
 	}
 	snap, err := b.p.repo.Snapshot(b.base)
@@ -357,18 +357,30 @@ func (b *batch) migrate() error {
 	if !found {
 		return nil
 	}
-	records := ledger.Open(nil)
+	// Into the ledger branch as it is: a version before it may still be
+	// running beside this one (a rolling update) and write the folder
+	// again, and each record is merged as a newer message's would be.
+	current, err := b.p.repo.Snapshot(b.ledgerBase)
+	if err != nil {
+		return fmt.Errorf("open the ledger at %s: %w", b.ledgerBase, err)
+	}
+	records := ledger.Open(rooted{current, root})
 	if err := records.Import(files[0], files[1]); err != nil {
 		return fmt.Errorf("%w: the ledger in %s: %v", gitops.ErrBroken, path.Join(root, ledger.LegacyDir), err)
 	}
-	changes := records.Changes()
-	changes[ledgerReadme] = []byte(readmeText)
-	lc, err := b.p.repo.Commit(plumbing.ZeroHash, changes,
+	if err := records.Err(); err != nil {
+		return fmt.Errorf("%w: the ledger branch: %v", gitops.ErrBroken, err)
+	}
+	changes := b.underRoot(records.Changes())
+	if _, err := current.ReadFile(ledgerReadme); err != nil {
+		changes[ledgerReadme] = []byte(readmeText)
+	}
+	lc, err := b.commit(b.ledgerBase, changes,
 		fmt.Sprintf("Ledger: the records of %s, moved here\n", path.Join(root, ledger.LegacyDir)))
 	if err != nil {
 		return fmt.Errorf("write the ledger branch: %w", err)
 	}
-	mc, err := b.p.repo.Commit(b.base, map[string][]byte{path.Join(root, ledger.LegacyDir): nil},
+	mc, err := b.commit(b.base, map[string][]byte{path.Join(root, ledger.LegacyDir): nil},
 		"Move the tenant-worker ledger out of the branch Flux reads\n\nIts records are on the ledger branch now.\n")
 	if err != nil {
 		return fmt.Errorf("remove %s: %w", path.Join(root, ledger.LegacyDir), err)
@@ -377,10 +389,33 @@ func (b *batch) migrate() error {
 	return nil
 }
 
+// rooted reads the part of the ledger branch that keeps one GitOps root's
+// records: every root of a repository has its own, under its path.
+type rooted struct {
+	snap *gitrepo.Snapshot
+	root string
+}
+
+func (r rooted) ReadFile(name string) ([]byte, error) {
+	return r.snap.ReadFile(path.Join(r.root, name))
+}
+func (r rooted) ReadDir(name string) ([]string, error) {
+	return r.snap.ReadDir(path.Join(r.root, name))
+}
+
+// underRoot puts a change of the ledger's records under the layout's root.
+func (b *batch) underRoot(files map[string][]byte) map[string][]byte {
+	out := make(map[string][]byte, len(files))
+	for p, c := range files {
+		out[path.Join(b.p.opts.Layout.Root, p)] = c
+	}
+	return out
+}
+
 // The ledger branch says what it is to whoever opens it.
 const (
 	ledgerReadme = "README"
 	readmeText   = "Written by tenant-worker: the SQS send time of the last message applied to each tenant,\n" +
-		"pooled environment and tier, and the ids of the messages applied within the queues' retention.\n" +
-		"It moves with the branch Flux reads in one atomic push. Do not edit it by hand.\n"
+		"pooled environment and tier, and the ids of the messages applied within the queues' retention,\n" +
+		"in a folder per GitOps root (GITOPS_ROOT). It moves with the branch Flux reads in one atomic push. Do not edit it by hand.\n"
 )
