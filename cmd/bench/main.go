@@ -35,7 +35,13 @@ func run() int {
 	liveRequest := flag.Int("live-request", 20, "onboardings per size with the reconcile request")
 	liveInterval := flag.Int("live-interval", 20, "onboardings per size at Flux's 1-minute interval, sent at evenly spread moments of it (about a minute each)")
 	kustomizeFlags := flag.String("live-kustomize-flags", "", "flags added to kustomize-controller's for the time to live, e.g. \"--kube-api-qps=1000 --kube-api-burst=2000\" (Flux's defaults when empty)")
-	only := flag.String("only", "", "run only this part: git, gitea or live")
+	onLedger := flag.Bool("ledger", true, "also measure the ledger at volume (issue 20): latency with a pre-filled ledger branch, a long backlog, main's revisions for no-ops")
+	ledgerTenants := flag.Int("ledger-tenants", 1000, "tenants already in the repository for the ledger at volume")
+	ledgerIDs := flag.String("ledger-ids", "0,100000,1000000", "message ids in the ledger branch before the worker starts, one worker per count, comma-separated")
+	ledgerOnboard := flag.Int("ledger-onboardings", 100, "single onboardings per ledger size and server (git's and Gitea)")
+	ledgerBacklog := flag.Int("ledger-backlog", 20000, "onboardings waiting in the queue when a worker starts, on Gitea (git's server with -gitea=false); 0 skips it")
+	ledgerRevisions := flag.Int("ledger-revisions", 1000, "messages, half of them no-ops, whose new main revisions are counted, per server; 0 skips it")
+	only := flag.String("only", "", "run only this part: git, gitea, ledger or live")
 	flag.Parse()
 
 	if *refN < 0 {
@@ -44,6 +50,12 @@ func run() int {
 	lo := bench.LiveOptions{Request: *liveRequest, Interval: *liveInterval, Binary: *binary, KustomizeFlags: strings.Fields(*kustomizeFlags)}
 	var err error
 	if lo.Sizes, err = parseSizes(*liveSizes); err != nil {
+		fmt.Fprintln(os.Stderr, "bench:", err)
+		return 2
+	}
+	ledgerOpts := bench.LedgerOptions{Tenants: *ledgerTenants, Onboard: *ledgerOnboard, Backlog: *ledgerBacklog,
+		Revisions: *ledgerRevisions, Gitea: *onGitea, Binary: *binary}
+	if ledgerOpts.IDs, err = parseSizes(*ledgerIDs); err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)
 		return 2
 	}
@@ -80,6 +92,13 @@ func run() int {
 		fmt.Println()
 		fmt.Print(bench.GiteaTable(giteaResults))
 	}
+	var ledgerResult *bench.LedgerResult
+	if err == nil && *onLedger && (*only == "" || *only == "ledger") {
+		ledgerOpts.SQSEndpoint = faux.Endpoint
+		ledgerResult, err = bench.RunLedger(context.Background(), ledgerOpts, os.Stderr)
+		fmt.Println()
+		fmt.Print(bench.LedgerTable(ledgerResult))
+	}
 	var liveResults []bench.LiveResult
 	if err == nil && *live && (*only == "" || *only == "live") {
 		lo.SQSEndpoint = faux.Endpoint
@@ -87,7 +106,7 @@ func run() int {
 		fmt.Println()
 		fmt.Print(bench.LiveTable(liveResults))
 	}
-	if name, werr := bench.WriteJSON(*out, results, giteaResults, liveResults); werr == nil {
+	if name, werr := bench.WriteJSON(*out, results, giteaResults, liveResults, ledgerResult); werr == nil {
 		fmt.Println("results written to", name)
 	}
 	if err != nil {

@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -311,12 +312,98 @@ type worker struct {
 	cmd  *exec.Cmd
 	mu   sync.Mutex
 	logs bytes.Buffer
+	// scanned is how much of logs mark has read; marks holds when each log
+	// line whose message markedMessages names arrived, by message.
+	scanned int
+	marks   map[string][]time.Time
 }
 
 func (w *worker) Write(p []byte) (int, error) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	return w.logs.Write(p)
+	n, err := w.logs.Write(p)
+	w.mark(time.Now())
+	return n, err
+}
+
+// The worker's log messages whose times the bench keeps: the outcome of
+// each message (internal/worker), and the start of each consumer.
+const (
+	logApplied     = "tenant change pushed"
+	logRecorded    = "already carried out; recorded in the ledger"
+	logNothing     = "already carried out; nothing to push"
+	logRedelivered = "already applied by an earlier delivery of this message"
+	logStale       = "stale: sent before the last change applied to what it names; nothing to do"
+	logHeld        = "held in the ledger until a message sent before it arrives"
+	logRejected    = "message rejected"
+	logConsuming   = "consuming queue"
+)
+
+// outcomes are the log messages that end a message's handling (a failure
+// that SQS redelivers is not one).
+var outcomes = []string{logApplied, logRecorded, logNothing, logRedelivered, logStale, logHeld, logRejected}
+
+var markedMessages = map[string]bool{logConsuming: true}
+
+func init() {
+	for _, m := range outcomes {
+		markedMessages[m] = true
+	}
+}
+
+// mark notes the arrival time of every complete log line not read yet
+// whose message is one of markedMessages (a write may end mid-line).
+func (w *worker) mark(now time.Time) {
+	b := w.logs.Bytes()
+	for {
+		i := bytes.IndexByte(b[w.scanned:], '\n')
+		if i < 0 {
+			return
+		}
+		line := b[w.scanned : w.scanned+i]
+		w.scanned += i + 1
+		if m := logMessage(line); markedMessages[m] {
+			if w.marks == nil {
+				w.marks = map[string][]time.Time{}
+			}
+			w.marks[m] = append(w.marks[m], now)
+		}
+	}
+}
+
+// logMessage is the "message" field of a JSON log line (zerolog writes it
+// last), or "".
+func logMessage(line []byte) string {
+	const key = `"message":"`
+	i := bytes.LastIndex(line, []byte(key))
+	if i < 0 {
+		return ""
+	}
+	rest := line[i+len(key):]
+	j := bytes.IndexByte(rest, '"')
+	if j < 0 {
+		return ""
+	}
+	return string(rest[:j])
+}
+
+// count is how many log lines with one of the messages ms arrived so far
+// (each one of markedMessages).
+func (w *worker) count(ms ...string) int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	n := 0
+	for _, m := range ms {
+		n += len(w.marks[m])
+	}
+	return n
+}
+
+// times is when each log line with message m arrived, in order.
+func (w *worker) times(m string) []time.Time {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return slices.Clone(w.marks[m])
 }
 
 func (w *worker) pushed() int {
@@ -389,13 +476,14 @@ func startWorker(binary, repoURL, endpoint string, queues []string, env ...strin
 	}
 }
 
-// WriteJSON writes the results under dir, named by the time.
-func WriteJSON(dir string, results []SizeResult, onGitea []GiteaResult, live []LiveResult) (string, error) {
+// WriteJSON writes the results under dir, named by the time (ledger nil:
+// the ledger at volume was not measured).
+func WriteJSON(dir string, results []SizeResult, onGitea []GiteaResult, live []LiveResult, ledger *LedgerResult) (string, error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return "", err
 	}
 	name := fmt.Sprintf("%s/%s.json", dir, time.Now().UTC().Format("20060102T150405Z"))
-	b, err := json.MarshalIndent(map[string]any{"time": time.Now().UTC(), "results": results, "gitea": onGitea, "time_to_live": live}, "", "  ")
+	b, err := json.MarshalIndent(map[string]any{"time": time.Now().UTC(), "results": results, "gitea": onGitea, "time_to_live": live, "ledger": ledger}, "", "  ")
 	if err != nil {
 		return "", err
 	}
