@@ -43,6 +43,11 @@ type LedgerOptions struct {
 	// Backlog is the onboardings waiting in the queue when a worker starts,
 	// on Gitea (on git's server without Gitea).
 	Backlog int
+	// BacklogDeployments makes the backlog per-tenant deployments of the
+	// seeded tenants instead of onboardings: every message changes the
+	// tree and none grows it, which tells the ledger's growth apart from
+	// the layout's.
+	BacklogDeployments bool
 	// Revisions is the messages sent to count main's new revisions, half of
 	// them no-ops.
 	Revisions int
@@ -71,7 +76,10 @@ type LedgerLatency struct {
 // worker starts, timed from its first consumer's start to each
 // onboarding's "tenant change pushed".
 type LedgerBacklog struct {
-	Server    string  `json:"server"`
+	Server string `json:"server"`
+	// Kind is onboardings (the repository grows by each) or per-tenant
+	// deployments of the seeded tenants (it does not).
+	Kind      string  `json:"kind"`
 	Tenants   int     `json:"tenants_before"`
 	Messages  int     `json:"onboardings"`
 	Seconds   float64 `json:"seconds"`
@@ -482,7 +490,7 @@ var backlogTiers = []string{"premium", "basic", "advanced"}
 // the last window of them (1,000, or a fifth of a smaller backlog).
 func ledgerBacklog(ctx context.Context, o LedgerOptions, api *sqs.Client, h ledgerHost, progress io.Writer) (*LedgerBacklog, error) {
 	n := o.Backlog
-	b := &LedgerBacklog{Server: h.name, Tenants: o.Tenants, Messages: n, Window: max(1, min(1000, n/5))}
+	b := &LedgerBacklog{Server: h.name, Tenants: o.Tenants, Messages: n, Window: max(1, min(1000, n/5)), Kind: "onboardings"}
 	fmt.Fprintf(progress, "bench (ledger, %s): a backlog of %d onboardings at %d tenants\n", h.name, n, o.Tenants)
 	name := h.repo("ledger-backlog")
 	if err := seedRepo(h.srv, name, o.Tenants); err != nil {
@@ -493,10 +501,19 @@ func ledgerBacklog(ctx context.Context, o LedgerOptions, api *sqs.Client, h ledg
 		return b, err
 	}
 	bodies := make([]string, n)
+	queue := queues[0]
 	for i := range bodies {
 		bodies[i] = fmt.Sprintf(`{"tenant_id":"backlog-%d","tenant_tier":%q,"release_version":"0.0"}`, i, backlogTiers[i%len(backlogTiers)])
+		if o.BacklogDeployments {
+			// A deployment of one seeded tenant each, each to a release it
+			// is not at: every message changes the tree, none grows it.
+			bodies[i] = fmt.Sprintf(`{"tenant_id":"seed-%d","tenant_tier":"premium","release_version":"%d.0"}`, i%o.Tenants+1, i/o.Tenants+1)
+		}
 	}
-	if err := sendAll(ctx, api, queues[0], bodies); err != nil {
+	if o.BacklogDeployments {
+		b.Kind, queue = "per-tenant deployments", queues[2]
+	}
+	if err := sendAll(ctx, api, queue, bodies); err != nil {
 		return b, err
 	}
 	w, err := h.start(o, name, queues)
@@ -505,7 +522,13 @@ func ledgerBacklog(ctx context.Context, o LedgerOptions, api *sqs.Client, h ledg
 	}
 	defer w.stop()
 	deadline := time.Now().Add(10*time.Minute + time.Duration(n)*30*time.Millisecond)
+	last, moved := -1, time.Now()
 	for w.count(logApplied) < n {
+		if c := w.count(logApplied); c != last {
+			last, moved = c, time.Now()
+		} else if time.Since(moved) > 2*time.Minute {
+			return b, fmt.Errorf("%d of %d applied, none for 2 minutes\n%s", c, n, w.tail())
+		}
 		if w.count(logRejected) > 0 {
 			return b, fmt.Errorf("an onboarding was rejected\n%s", w.tail())
 		}
@@ -569,14 +592,14 @@ func LedgerTable(r *LedgerResult) string {
 	}
 	if l := r.Backlog; l != nil {
 		b.WriteString("\n")
-		fmt.Fprintf(&b, "| backlog (server) | tenants before | onboardings | seconds | messages/s | ≥100/s | first %d /s | last %d /s | last/first | ≥1 | redelivered | RSS MB |\n", l.Window, l.Window)
+		fmt.Fprintf(&b, "| backlog (server) | tenants before | messages | seconds | messages/s | ≥100/s | first %d /s | last %d /s | last/first | ≥1 | redelivered | RSS MB |\n", l.Window, l.Window)
 		fmt.Fprintf(&b, "|---|---:|---:|---:|---:|---|---:|---:|---:|---|---:|---:|\n")
 		first, last, ratio, ok := "-", "-", "-", "-"
 		if l.FirstPerSecond > 0 {
 			first, last = fmt.Sprintf("%.0f", l.FirstPerSecond), fmt.Sprintf("%.0f", l.LastPerSecond)
 			ratio, ok = fmt.Sprintf("%.2f", l.LastOverFirst), yes(l.LastOverFirst >= 1)
 		}
-		fmt.Fprintf(&b, "| %s | %d | %d | %.1f | %.0f | %s | %s | %s | %s | %s | %d | %.0f |\n", l.Server, l.Tenants, l.Messages,
+		fmt.Fprintf(&b, "| %s | %d | %d %s | %.1f | %.0f | %s | %s | %s | %s | %s | %d | %.0f |\n", l.Server, l.Tenants, l.Messages, l.Kind,
 			l.Seconds, l.PerSecond, yes(l.PerSecond >= 100), first, last, ratio, ok, l.Redelivered, l.PeakRSSMB)
 	}
 	return b.String()
