@@ -1,0 +1,99 @@
+// Package artifact makes the archive of one folder of a commit, in the form
+// Flux's kustomize-controller fetches for a Kustomization whose source is
+// an ExternalArtifact: a gzip-compressed tar of the folder's files, names
+// relative to it, and a revision that is the archive's content digest, so
+// that a Kustomization reconciles only when its own folder changed (issue
+// 21). The bytes depend on nothing but the folder's content: any replica
+// builds the same archive, with the same digest, from the same tree.
+package artifact
+
+import (
+	"archive/tar"
+	"bytes"
+	"compress/gzip"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"maps"
+	"path"
+	"slices"
+	"time"
+)
+
+// Source is a snapshot of the repository: a folder's files with an id of
+// each one's content, its subfolders, and contents by id (a git snapshot
+// is one).
+type Source interface {
+	Entries(dir string) (files map[string]string, dirs []string, err error)
+	ReadBlob(id string) ([]byte, error)
+}
+
+// Artifact is the archive of a folder.
+type Artifact struct {
+	// Data is the .tar.gz.
+	Data []byte
+	// Digest is "sha256:<hex>" of Data, which kustomize-controller checks
+	// after each download.
+	Digest string
+	// Revision is the ExternalArtifact's status.artifact.revision:
+	// "latest@" and the digest, as Flux's own producer writes it.
+	Revision string
+}
+
+// Build archives dir of src, its subfolders included.
+func Build(src Source, dir string) (Artifact, error) {
+	var buf bytes.Buffer
+	zw, err := gzip.NewWriterLevel(&buf, gzip.BestCompression)
+	if err != nil {
+		return Artifact{}, err
+	}
+	tw := tar.NewWriter(zw)
+	if err := add(tw, src, dir, ""); err != nil {
+		return Artifact{}, err
+	}
+	if err := tw.Close(); err != nil {
+		return Artifact{}, fmt.Errorf("archive %s: %w", dir, err)
+	}
+	if err := zw.Close(); err != nil {
+		return Artifact{}, fmt.Errorf("archive %s: %w", dir, err)
+	}
+	sum := sha256.Sum256(buf.Bytes())
+	digest := "sha256:" + hex.EncodeToString(sum[:])
+	return Artifact{Data: buf.Bytes(), Digest: digest, Revision: "latest@" + digest}, nil
+}
+
+// add writes the files of dir, then its folders, each in name order, under
+// rel (the path inside the archive).
+func add(tw *tar.Writer, src Source, dir, rel string) error {
+	files, dirs, err := src.Entries(dir)
+	if err != nil {
+		return fmt.Errorf("list %s: %w", dir, err)
+	}
+	for _, name := range slices.Sorted(maps.Keys(files)) {
+		content, err := src.ReadBlob(files[name])
+		if err != nil {
+			return fmt.Errorf("read %s: %w", path.Join(dir, name), err)
+		}
+		// Fixed headers: owner, mode and times say nothing of where or
+		// when the archive was made, so its digest is the content's.
+		hdr := &tar.Header{Typeflag: tar.TypeReg, Name: path.Join(rel, name), Mode: 0o600, Size: int64(len(content)),
+			ModTime: time.Unix(0, 0), Format: tar.FormatPAX}
+		if err := tw.WriteHeader(hdr); err != nil {
+			return fmt.Errorf("archive %s: %w", hdr.Name, err)
+		}
+		if _, err := tw.Write(content); err != nil {
+			return fmt.Errorf("archive %s: %w", hdr.Name, err)
+		}
+	}
+	for _, d := range slices.Sorted(slices.Values(dirs)) {
+		name := path.Join(rel, d)
+		hdr := &tar.Header{Typeflag: tar.TypeDir, Name: name + "/", Mode: 0o750, ModTime: time.Unix(0, 0), Format: tar.FormatPAX}
+		if err := tw.WriteHeader(hdr); err != nil {
+			return fmt.Errorf("archive %s: %w", name, err)
+		}
+		if err := add(tw, src, path.Join(dir, d), name); err != nil {
+			return err
+		}
+	}
+	return nil
+}
