@@ -194,7 +194,19 @@ func (p *planner) release(tier, id, asked string, sent int64) string {
 // release a version before per-tier records wrote (a repository migrated
 // from the in-tree ledger, or a replica of that version still running).
 func (p *planner) olderRelease(tier, id string) bool {
-	return p.older(ledger.ReleaseIn(tier, id)) || p.older(ledger.Release(id))
+	return p.older(ledger.ReleaseIn(tier, id)) || p.olderLegacyRelease(id)
+}
+
+// olderLegacyRelease is older for the per-tenant release record a version
+// before per-tier records wrote; one with a value is a deployment it held
+// for some tier (which tier is not known here), not a release the tenant
+// was given, and counts for nothing.
+func (p *planner) olderLegacyRelease(id string) bool {
+	if p.ledger == nil {
+		return false
+	}
+	rec, ok := p.ledger.Get(ledger.Release(id))
+	return ok && rec.Value == "" && p.sent < rec.MS
 }
 
 // freshRelease is fresh for the tenant's release in tier; a tenant without
@@ -203,8 +215,9 @@ func (p *planner) olderRelease(tier, id string) bool {
 func (p *planner) freshRelease(tier, id string) bool {
 	if p.ledger != nil {
 		_, own := p.ledger.Get(ledger.ReleaseIn(tier, id))
-		_, legacy := p.ledger.Get(ledger.Release(id))
-		if p.older(ledger.Release(id)) || !own && !legacy && p.older(ledger.Tier(tier)) {
+		rec, legacy := p.ledger.Get(ledger.Release(id))
+		legacy = legacy && rec.Value == ""
+		if p.olderLegacyRelease(id) || !own && !legacy && p.older(ledger.Tier(tier)) {
 			p.stale++
 			return false
 		}

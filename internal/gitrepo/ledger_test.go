@@ -135,3 +135,28 @@ func TestLedgerAlonePushHoldsOnlyOnTheBranchDecidedOn(t *testing.T) {
 		t.Fatalf("the ledger moved to %s", out)
 	}
 }
+
+// TestPushOfCommitsNotRemembered: commits whose objects this Repo no longer
+// remembers (written before a compaction) are pushed with the objects
+// found by walking, on both branches, and the server's fsck passes.
+func TestPushOfCommitsNotRemembered(t *testing.T) {
+	srv, url := startServer(t)
+	r := openWithLedger(t, url)
+	ctx := context.Background()
+	main0 := r.Head()
+	c1, _ := r.Commit(main0, map[string][]byte{"a/x.yaml": []byte("x\n"), "d/e/f.yaml": []byte("f\n")}, "change")
+	l1, _ := r.Commit(plumbing.ZeroHash, map[string][]byte{"messages/1": []byte("m1 1\n")}, "record")
+	r.mu.Lock()
+	r.written = nil
+	r.mu.Unlock()
+	if err := r.PushRefs(ctx, Move{main0, c1}, Move{plumbing.ZeroHash, l1}); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := srv.Output("gitops.git", "fsck", "--strict"); err != nil {
+		t.Fatalf("fsck: %v %s", err, out)
+	}
+	out, _ := srv.Output("gitops.git", "for-each-ref", "--format=%(refname) %(objectname)")
+	if !strings.Contains(out, "refs/heads/main "+c1.String()) || !strings.Contains(out, "refs/heads/tenant-worker/ledger "+l1.String()) {
+		t.Fatalf("refs:\n%s", out)
+	}
+}

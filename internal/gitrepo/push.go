@@ -12,6 +12,7 @@ import (
 	"github.com/go-git/go-git/v5/plumbing/format/packfile"
 	"github.com/go-git/go-git/v5/plumbing/protocol/packp"
 	"github.com/go-git/go-git/v5/plumbing/protocol/packp/capability"
+	"github.com/go-git/go-git/v5/plumbing/revlist"
 	"github.com/go-git/go-git/v5/plumbing/transport"
 	"github.com/go-git/go-git/v5/plumbing/transport/client"
 )
@@ -179,8 +180,27 @@ func (r *Repo) send(ctx context.Context, main, ledger Move) error {
 		hashes = append(hashes, h...)
 		maps.Copy(bases, b)
 	}
-	if !ours || r.opts.WalkingPush {
+	if r.opts.WalkingPush && !ledger.moves() {
 		return r.pushWalking(ctx, auth, main, ledger)
+	}
+	if !ours {
+		// Commits this Repo did not write (or no longer remembers): their
+		// objects found by walking from the new commits to the old ones.
+		// Still sent by sendPack, whose command for a branch that does not
+		// move checks it (go-git's own push drops such a command).
+		var wants, haves []plumbing.Hash
+		for _, m := range []Move{main, ledger} {
+			if m.moves() {
+				wants = append(wants, m.New)
+				if !m.Old.IsZero() {
+					haves = append(haves, m.Old)
+				}
+			}
+		}
+		if hashes, err = revlist.Objects(r.repo.Storer, wants, haves); err != nil {
+			return fmt.Errorf("list the objects to push: %w", err)
+		}
+		clear(bases)
 	}
 	return r.sendPack(ctx, auth, main, ledger, hashes, bases)
 }
