@@ -115,22 +115,19 @@ func (l Layout) Tiers(r Reader) ([]string, error) {
 func (l Layout) PooledEnvs(r Reader) ([]string, error) {
 	// The platform does not edit this file: it may have any name kustomize
 	// reads.
-	name := ""
+	var name string
+	var content []byte
 	for _, n := range konfig.RecognizedKustomizationFileNames() {
-		p := path.Join(l.PooledEnvsDir(), n)
-		if _, err := r.ReadFile(p); err == nil {
-			name = p
+		name = path.Join(l.PooledEnvsDir(), n)
+		var err error
+		if content, err = r.ReadFile(name); err == nil {
 			break
 		} else if !errors.Is(err, fs.ErrNotExist) {
 			return nil, err
 		}
 	}
-	if name == "" {
+	if content == nil {
 		return nil, nil
-	}
-	content, err := r.ReadFile(name)
-	if err != nil {
-		return nil, err
 	}
 	entries, err := kustomization.Resources(content)
 	if err != nil {

@@ -281,6 +281,9 @@ type planner struct {
 	stale, touched int   // targets the message is too old for, and fresh ones
 	held           bool  // the message is recorded to be carried out later
 	also           []message.Request
+	// templateObjects are the objects of each template read, by content,
+	// rendered for a stand-in name (see renderedFrom).
+	templateObjects map[string][]object
 }
 
 // otherTier returns a tier other than tier that holds the tenant, if any.
@@ -367,15 +370,15 @@ func (p *planner) add(tier, id, release string, sent int64) error {
 	if err != nil {
 		return err
 	}
-	tmpl, err := p.r.ReadFile(p.TenantTemplate(tier))
-	if err != nil {
-		return fmt.Errorf("read template: %w", err)
-	}
 	name := p.TenantFile(tier, id)
 	if state.listed && state.file {
 		// In place: the file may carry a newer release or image tags set by
 		// Flux, which a late or repeated message must not undo.
 		return nil
+	}
+	tmpl, err := p.r.ReadFile(p.TenantTemplate(tier))
+	if err != nil {
+		return fmt.Errorf("read template: %w", err)
 	}
 	out, err := render.Render(tmpl, render.Vars{TenantID: id, ReleaseVersion: p.release(tier, id, release, sent)})
 	if err != nil {
@@ -387,7 +390,7 @@ func (p *planner) add(tier, id, release string, sent int64) error {
 	if err := p.checkCollisions(id, out); err != nil {
 		return err
 	}
-	if !state.file || !bytes.Equal(out, mustRead(p.r, name)) {
+	if current, err := p.r.ReadFile(name); err != nil || !bytes.Equal(out, current) {
 		p.files[name] = out
 	}
 	if !state.listed {
@@ -397,25 +400,34 @@ func (p *planner) add(tier, id, release string, sent int64) error {
 }
 
 // renderedFrom reports whether content declares any object that tmpl
-// renders for v (same kind, namespace and name).
+// renders for v (same kind, namespace and name). The template's objects
+// are found once per template, with a stand-in for the name it is
+// rendered for: a deployment of a tier asks this of every tenant file.
 func (p *planner) renderedFrom(content, tmpl []byte, v render.Vars) bool {
-	out, err := render.Render(tmpl, v)
-	if err != nil {
-		return true // SetRelease says what is wrong with the template
+	const standIn = "tenantworkerstandin"
+	key := string(tmpl)
+	want, ok := p.templateObjects[key]
+	if !ok {
+		out, err := render.Render(tmpl, render.Vars{TenantID: standIn, EnvironmentID: standIn, ReleaseVersion: v.ReleaseVersion})
+		if err != nil {
+			return true // SetRelease says what is wrong with the template
+		}
+		want = objects(out)
+		if p.templateObjects == nil {
+			p.templateObjects = map[string][]object{}
+		}
+		p.templateObjects[key] = want
 	}
-	want := objects(out)
-	for _, o := range objects(content) {
-		if slices.Contains(want, o) {
+	name := v.TenantID + v.EnvironmentID
+	have := objects(content)
+	for _, w := range want {
+		w.namespace = strings.ReplaceAll(w.namespace, standIn, name)
+		w.name = strings.ReplaceAll(w.name, standIn, name)
+		if slices.Contains(have, w) {
 			return true
 		}
 	}
 	return false
-}
-
-// mustRead returns a file's content, or nil when it cannot be read.
-func mustRead(r Reader, name string) []byte {
-	b, _ := r.ReadFile(name)
-	return b
 }
 
 func (p *planner) offboard(req message.Request) error {
