@@ -5,14 +5,17 @@
 package gitops
 
 import (
-	"sigs.k8s.io/kustomize/api/konfig"
-
 	"errors"
 	"fmt"
+	"hash/fnv"
 	"io/fs"
 	"path"
 	"sort"
+	"strconv"
 	"strings"
+
+	"sigs.k8s.io/kustomize/api/konfig"
+	"sigs.k8s.io/yaml"
 
 	"github.com/tenant-worker/tenant-worker/internal/kustomization"
 )
@@ -57,6 +60,93 @@ const (
 // platform "application-plane/production").
 type Layout struct {
 	Root string
+	// Shards is how many shard folders each tier's tenant files are spread
+	// over, by a stable hash of the tenant id: tenants/<tier>/shard-NN/
+	// with a kustomization each, listed by the tier's kustomization. Zero
+	// is the platform's own layout, every tenant file in the tier's
+	// folder. It is a property of the repository (tenants/layout.yaml,
+	// written by `tenant-worker layout migrate`): Of reads it.
+	Shards int
+}
+
+// MaxShards bounds Shards: shard folders are named shard-00 to shard-99.
+const MaxShards = 100
+
+// shardPrefix starts the name of every shard folder.
+const shardPrefix = "shard-"
+
+// LayoutFile says how the tenant files are laid out (see Layout.Shards).
+// No kustomization lists it: Flux never applies it.
+func (l Layout) LayoutFile() string { return path.Join(l.TenantsDir(), "layout.yaml") }
+
+// Of returns l with the layout the snapshot r records in LayoutFile: flat
+// when there is none. A file that does not say one layout clearly is a
+// fault of the repository (ErrBroken): guessing would put tenants where no
+// other reader looks for them.
+func (l Layout) Of(r interface{ ReadFile(string) ([]byte, error) }) (Layout, error) {
+	l.Shards = 0
+	content, err := r.ReadFile(l.LayoutFile())
+	if errors.Is(err, fs.ErrNotExist) {
+		return l, nil
+	}
+	if err != nil {
+		return l, fmt.Errorf("read %s: %w", l.LayoutFile(), err)
+	}
+	n, err := ParseLayout(content)
+	if err != nil {
+		return l, fmt.Errorf("%w: %s: %v", ErrBroken, l.LayoutFile(), err)
+	}
+	l.Shards = n
+	return l, nil
+}
+
+// ParseLayout reads the shard count of a layout file: one field, shards,
+// from 1 to MaxShards.
+func ParseLayout(content []byte) (int, error) {
+	var v struct {
+		Shards *int `json:"shards"`
+	}
+	if err := yaml.UnmarshalStrict(content, &v); err != nil {
+		return 0, fmt.Errorf("want one field, shards: %w", err)
+	}
+	if v.Shards == nil || *v.Shards < 1 || *v.Shards > MaxShards {
+		return 0, fmt.Errorf("shards must be 1 to %d", MaxShards)
+	}
+	return *v.Shards, nil
+}
+
+// LayoutContent is the layout file for n shards.
+func LayoutContent(n int) []byte {
+	return []byte("# Written by `tenant-worker layout migrate`: each tier's tenant files are in\n" +
+		"# shard-NN/ folders, NN the FNV-1a hash of the tenant id modulo shards.\n" +
+		"# Change it only with that command, which moves the files too.\n" +
+		"shards: " + strconv.Itoa(n) + "\n")
+}
+
+// Shard is the shard folder of tenant id ("" in the flat layout).
+func (l Layout) Shard(id string) string {
+	if l.Shards <= 0 {
+		return ""
+	}
+	h := fnv.New32a()
+	h.Write([]byte(id))
+	return fmt.Sprintf("%s%02d", shardPrefix, h.Sum32()%uint32(l.Shards))
+}
+
+// isShard reports whether a folder name is a shard folder's.
+func isShard(name string) bool {
+	n, ok := strings.CutPrefix(name, shardPrefix)
+	if !ok || len(n) != 2 {
+		return false
+	}
+	_, err := strconv.Atoi(n)
+	return err == nil && n[0] != '-' && n[0] != '+'
+}
+
+// TenantDir is the folder of tenant id's file and of the kustomization
+// that lists it.
+func (l Layout) TenantDir(tier, id string) string {
+	return path.Join(l.TierDir(tier), l.Shard(id))
 }
 
 // TemplatesDir holds the tier templates.
@@ -72,7 +162,29 @@ func (l Layout) PooledEnvsDir() string { return path.Join(l.Root, "pooled-envs")
 func (l Layout) TierDir(tier string) string { return path.Join(l.TenantsDir(), tier) }
 
 // TenantFile is where a tenant of a tier is written.
-func (l Layout) TenantFile(tier, id string) string { return path.Join(l.TierDir(tier), id+".yaml") }
+func (l Layout) TenantFile(tier, id string) string {
+	return path.Join(l.TenantDir(tier, id), id+".yaml")
+}
+
+// TenantPaths reports whether p is where the tenant's file may be: its
+// place in this layout, or, sharded, in the tier's own folder (a tenant
+// written there before the migration, or by hand, is still that tenant).
+func (l Layout) TenantPaths(tier, id string) func(p string) bool {
+	flat := path.Join(l.TierDir(tier), id+".yaml")
+	at := l.TenantFile(tier, id)
+	return func(p string) bool { return p == at || p == flat }
+}
+
+// InTier reports whether p is a file of a tier's folder or of one of its
+// shard folders: where a deployment of the tier rewrites files.
+func (l Layout) InTier(tier, p string) bool {
+	rest, ok := strings.CutPrefix(p, l.TierDir(tier)+"/")
+	if !ok {
+		return false
+	}
+	dir, _, nested := strings.Cut(rest, "/")
+	return !nested || isShard(dir) && !strings.Contains(rest[len(dir)+1:], "/")
+}
 
 // TierKustomization lists the tenant files of a tier.
 func (l Layout) TierKustomization(tier string) string {
@@ -142,47 +254,110 @@ func (l Layout) PooledEnvs(r Reader) ([]string, error) {
 	return envs, nil
 }
 
-// TenantFiles lists the tenant ids with a file in a tier's folder.
-func (l Layout) TenantFiles(r Reader, tier string) ([]string, error) {
-	names, err := r.ReadDir(l.TierDir(tier))
-	if err != nil {
-		return nil, err
-	}
-	var ids []string
-	for _, n := range names {
-		if n == kustomizationFile || n == dummyConfigMap {
-			continue
+// Tenant is a tenant file of a tier: the tenant's id and the file's path.
+type Tenant struct {
+	ID, File string
+}
+
+// Tenants lists the tenant files of a tier: those in its folder and in its
+// shard folders, whatever the layout (a file is where it was written).
+func (l Layout) Tenants(r Reader, tier string) ([]Tenant, error) {
+	var out []Tenant
+	var walk func(dir string, top bool) error
+	walk = func(dir string, top bool) error {
+		names, err := r.ReadDir(dir)
+		if err != nil {
+			return err
 		}
-		if id, ok := strings.CutSuffix(n, ".yaml"); ok {
-			ids = append(ids, id)
+		for _, n := range names {
+			if n == kustomizationFile || n == dummyConfigMap {
+				continue
+			}
+			if id, ok := strings.CutSuffix(n, ".yaml"); ok {
+				out = append(out, Tenant{ID: id, File: path.Join(dir, n)})
+			} else if top && isShard(n) {
+				if err := walk(path.Join(dir, n), false); err != nil && !errors.Is(err, fs.ErrNotExist) {
+					return err
+				}
+			}
 		}
+		return nil
 	}
-	return ids, nil
+	return out, walk(l.TierDir(tier), true)
+}
+
+// Listed returns the ids of the tenant files a tier's kustomization lists,
+// and those the kustomizations of the shard folders it lists list.
+func (l Layout) Listed(r Reader, tier string) (map[string]bool, error) {
+	out := map[string]bool{}
+	var read func(dir string, top bool) error
+	read = func(dir string, top bool) error {
+		name := path.Join(dir, kustomizationFile)
+		k, err := r.ReadFile(name)
+		if err != nil {
+			return err
+		}
+		entries, err := kustomization.Resources(k)
+		if err != nil {
+			return fmt.Errorf("%s: %w", name, err)
+		}
+		for _, e := range entries {
+			if id, ok := strings.CutSuffix(e, ".yaml"); ok && e != dummyConfigMap {
+				out[id] = true
+			} else if top && isShard(e) {
+				if err := read(path.Join(dir, e), false); err != nil {
+					return err
+				}
+			}
+		}
+		return nil
+	}
+	return out, read(l.TierDir(tier), true)
 }
 
 // tenantState says where a tenant stands in one tier.
 type tenantState struct {
-	file   bool // tenants/<tier>/<id>.yaml exists
-	listed bool // listed in tenants/<tier>/kustomization.yaml
+	dir    string // the folder it is in, or goes to
+	file   bool   // <dir>/<id>.yaml exists
+	listed bool   // listed in <dir>/kustomization.yaml
 }
 
 func (s tenantState) present() bool { return s.file || s.listed }
 
+// tenantIn finds a tenant in a tier: in its place in the layout or,
+// sharded, in the tier's own folder.
 func (l Layout) tenantIn(r Reader, tier, id string) (tenantState, error) {
-	var s tenantState
-	_, err := r.ReadFile(l.TenantFile(tier, id))
+	s, err := l.tenantAt(r, l.TenantDir(tier, id), id, l.Shards > 0)
+	if err != nil || s.present() || l.Shards == 0 {
+		return s, err
+	}
+	flat, err := l.tenantAt(r, l.TierDir(tier), id, false)
+	if err != nil || !flat.present() {
+		return s, err
+	}
+	return flat, nil
+}
+
+// tenantAt finds a tenant in one folder; a shard folder may not exist yet.
+func (l Layout) tenantAt(r Reader, dir, id string, shard bool) (tenantState, error) {
+	s := tenantState{dir: dir}
+	_, err := r.ReadFile(path.Join(dir, id+".yaml"))
 	switch {
 	case err == nil:
 		s.file = true
 	case !errors.Is(err, fs.ErrNotExist):
 		return s, err
 	}
-	k, err := r.ReadFile(l.TierKustomization(tier))
+	name := path.Join(dir, kustomizationFile)
+	k, err := r.ReadFile(name)
+	if errors.Is(err, fs.ErrNotExist) && shard {
+		return s, nil // a shard folder not made yet
+	}
 	if err != nil {
 		return s, err
 	}
 	s.listed, err = kustomization.Contains(k, id+".yaml")
-	return s, formError(l.TierKustomization(tier), err)
+	return s, formError(name, err)
 }
 
 // formError names the file of a kustomization the editor refuses to edit,

@@ -98,6 +98,10 @@ func (l Layout) Plan(r Reader, req message.Request) (Change, error) {
 // of it (Stale when that is all it names); otherwise its change includes
 // the ledger's record of it, even when nothing else changes (Recorded).
 func (l Layout) PlanAt(r Reader, req message.Request, st Stamp) (Change, error) {
+	l, err := l.Of(r)
+	if err != nil {
+		return Change{}, err
+	}
 	tiers, err := l.Tiers(r)
 	if err != nil {
 		return Change{}, fmt.Errorf("list tiers: %w", err)
@@ -370,7 +374,7 @@ func (p *planner) add(tier, id, release string, sent int64) error {
 	if err != nil {
 		return err
 	}
-	name := p.TenantFile(tier, id)
+	name := path.Join(state.dir, id+".yaml")
 	if state.listed && state.file {
 		// In place: the file may carry a newer release or image tags set by
 		// Flux, which a late or repeated message must not undo.
@@ -394,7 +398,7 @@ func (p *planner) add(tier, id, release string, sent int64) error {
 		p.files[name] = out
 	}
 	if !state.listed {
-		return p.editKustomization(tier, id, kustomization.Add)
+		return p.editKustomization(tier, state.dir, id+".yaml", kustomization.Add)
 	}
 	return nil
 }
@@ -464,10 +468,10 @@ func (p *planner) offboard(req message.Request) error {
 	}
 	p.fresh(ledger.Tenant(req.TenantID))
 	if state.file {
-		p.files[p.TenantFile(req.Tier, req.TenantID)] = nil
+		p.files[path.Join(state.dir, req.TenantID+".yaml")] = nil
 	}
 	if state.listed {
-		if err := p.editKustomization(req.Tier, req.TenantID, kustomization.Remove); err != nil {
+		if err := p.editKustomization(req.Tier, state.dir, req.TenantID+".yaml", kustomization.Remove); err != nil {
 			return err
 		}
 	}
@@ -544,23 +548,59 @@ func (p *planner) dropHeld(tier, id string) bool {
 	return true
 }
 
-func (p *planner) editKustomization(tier, id string, edit func([]byte, string) ([]byte, bool, error)) error {
-	name := p.TierKustomization(tier)
-	content, err := p.r.ReadFile(name)
-	if err != nil {
+// editKustomization edits the entry of the kustomization of dir, in tier:
+// the tier's own, or one of its shard folders'. A shard folder's first
+// tenant makes its kustomization and lists the folder in the tier's.
+func (p *planner) editKustomization(tier, dir, entry string, edit func([]byte, string) ([]byte, bool, error)) error {
+	name := path.Join(dir, kustomizationFile)
+	content, err := p.read(name)
+	if errors.Is(err, fs.ErrNotExist) && dir != p.TierDir(tier) {
+		content = []byte("apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nresources: []\n")
+		if err := p.editKustomization(tier, p.TierDir(tier), path.Base(dir), kustomization.Add); err != nil {
+			return err
+		}
+	} else if err != nil {
 		return fmt.Errorf("read %s: %w", name, err)
 	}
-	out, changed, err := edit(content, id+".yaml")
+	out, changed, err := edit(content, entry)
 	if err != nil {
 		if kustomization.IsForm(err) {
 			return formError(name, err)
 		}
 		return fmt.Errorf("edit %s: %w", name, err)
 	}
-	if changed {
-		p.files[name] = out
+	if !changed {
+		return nil
 	}
-	return nil
+	p.files[name] = out
+	if dir == p.TierDir(tier) {
+		return nil
+	}
+	// A shard folder's last tenant takes the folder with it: kustomize
+	// refuses a kustomization that lists nothing.
+	if left, err := kustomization.Resources(out); err != nil || len(left) > 0 {
+		return nil
+	}
+	if names, err := p.r.ReadDir(dir); err != nil || slices.ContainsFunc(names, func(n string) bool {
+		c, gone := p.files[path.Join(dir, n)]
+		return n != kustomizationFile && !(gone && c == nil)
+	}) {
+		return nil // something else is in it: kustomize says what
+	}
+	p.files[name] = nil
+	return p.editKustomization(tier, p.TierDir(tier), path.Base(dir), kustomization.Remove)
+}
+
+// read reads a file as this change leaves it so far: a move edits one
+// tier's kustomization twice when both tenants' shard folders are new.
+func (p *planner) read(name string) ([]byte, error) {
+	if c, ok := p.files[name]; ok {
+		if c == nil {
+			return nil, fmt.Errorf("%s: %w", name, fs.ErrNotExist)
+		}
+		return c, nil
+	}
+	return p.r.ReadFile(name)
 }
 
 func (p *planner) deploy(req message.Request) error {
@@ -584,12 +624,13 @@ func (p *planner) deploy(req message.Request) error {
 		}
 		return err
 	}
-	ids, err := p.TenantFiles(p.r, req.Tier)
-	if err != nil {
-		return fmt.Errorf("list tenants of tier %s: %w", req.Tier, err)
-	}
+	var tenants []Tenant
 	if req.TenantID != "" {
-		if !slices.Contains(ids, req.TenantID) {
+		file, err := p.tenantFile(req.Tier, req.TenantID)
+		if err != nil {
+			return fmt.Errorf("look up tenant %s in tier %s: %w", req.TenantID, req.Tier, err)
+		}
+		if file == "" {
 			// Gone since (offboarded or moved after it was sent): stale.
 			if p.older(ledger.Tenant(req.TenantID)) {
 				p.stale++
@@ -613,7 +654,12 @@ func (p *planner) deploy(req message.Request) error {
 				"this deployment takes release %s", req.TenantID, req.Tier, req.Tier, req.ReleaseVersion)
 			return nil
 		}
-		ids = []string{req.TenantID}
+		tenants = []Tenant{{ID: req.TenantID, File: file}}
+	} else {
+		var err error
+		if tenants, err = p.Tenants(p.r, req.Tier); err != nil {
+			return fmt.Errorf("list tenants of tier %s: %w", req.Tier, err)
+		}
 	}
 
 	tmplName := p.TenantTemplate(req.Tier)
@@ -621,14 +667,15 @@ func (p *planner) deploy(req message.Request) error {
 	if err != nil {
 		return fmt.Errorf("read template: %w", err)
 	}
-	for _, id := range ids {
+	for _, t := range tenants {
+		id := t.ID
 		if message.ValidateTenantID(id) != nil {
 			continue // not a tenant file this worker wrote; leave it alone
 		}
 		if !p.freshRelease(req.Tier, id) {
 			continue // given its release by a message sent after this one
 		}
-		if err := p.rerender(p.TenantFile(req.Tier, id), tmplName, tmpl,
+		if err := p.rerender(t.File, tmplName, tmpl,
 			render.Vars{TenantID: id, ReleaseVersion: req.ReleaseVersion}, req.TenantID == ""); err != nil {
 			return err
 		}
@@ -667,6 +714,21 @@ func (p *planner) deploy(req message.Request) error {
 		}
 	}
 	return nil
+}
+
+// tenantFile is the path of tenant id's file in tier, where the layout puts
+// it or, sharded, in the tier's own folder; "" when there is none.
+func (p *planner) tenantFile(tier, id string) (string, error) {
+	for _, name := range []string{p.TenantFile(tier, id), path.Join(p.TierDir(tier), id+".yaml")} {
+		_, err := p.r.ReadFile(name)
+		if err == nil {
+			return name, nil
+		}
+		if !errors.Is(err, fs.ErrNotExist) {
+			return "", err
+		}
+	}
+	return "", nil
 }
 
 // rerender sets the release of a file rendered from tmpl: only the values

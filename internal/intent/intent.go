@@ -309,12 +309,20 @@ func compare(before, after []object, fileBefore, fileAfter string) []delta {
 
 // ruleFor is what req may do to what dir builds.
 func (c *Checker) ruleFor(before Source, req message.Request, dir string) (rule, error) {
-	l := c.layout
+	l, err := c.layout.Of(before)
+	if err != nil {
+		return rule{}, err
+	}
 	r := rule{kind: req.Kind}
 	switch req.Kind {
 	case message.Onboarding, message.Offboarding:
-		r.files = func(p string) bool { return p == l.TenantFile(req.Tier, req.TenantID) }
-		r.want = l.TenantFile(req.Tier, req.TenantID)
+		// Sharded, a tenant written in its tier's own folder (before the
+		// migration) is still that tenant.
+		r.files = l.TenantPaths(req.Tier, req.TenantID)
+		r.want = []string{l.TenantFile(req.Tier, req.TenantID)}
+		if flat := (gitops.Layout{Root: l.Root}).TenantFile(req.Tier, req.TenantID); flat != r.want[0] {
+			r.want = append(r.want, flat)
+		}
 		if req.Kind == message.Onboarding {
 			objs, err := c.tenantObjects(before, req)
 			if err != nil {
@@ -323,12 +331,12 @@ func (c *Checker) ruleFor(before Source, req message.Request, dir string) (rule,
 			r.objects = objs
 		}
 	case message.Deployment:
-		tierDir := l.TierDir(req.Tier) + "/"
+		tenant := l.TenantPaths(req.Tier, req.TenantID)
 		r.files = func(p string) bool {
 			if req.TenantID != "" {
-				return p == l.TenantFile(req.Tier, req.TenantID)
+				return tenant(p)
 			}
-			return strings.HasPrefix(p, tierDir) && !strings.Contains(p[len(tierDir):], "/") ||
+			return l.InTier(req.Tier, p) ||
 				strings.HasPrefix(p, l.PooledEnvsDir()+"/") && !strings.Contains(p[len(l.PooledEnvsDir())+1:], "/")
 		}
 		tenantFields, err := c.releaseFields(before, l.TenantTemplate(req.Tier))
@@ -355,7 +363,7 @@ func (c *Checker) ruleFor(before Source, req message.Request, dir string) (rule,
 type rule struct {
 	kind    message.Kind
 	files   func(path string) bool // the files whose objects the message names
-	want    string                 // the tenant file of an onboarding or offboarding
+	want    []string               // where the tenant file of an onboarding or offboarding may be
 	objects map[string]bool        // what an onboarding's template renders for the tenant
 	release func(path string) [][]string
 }
@@ -390,14 +398,16 @@ func (r rule) missing(ds []delta, built func(file string) bool) []string {
 	switch r.kind {
 	case message.Onboarding:
 		for _, d := range ds {
-			if d.File == r.want && (d.Op == opAdded || d.Op == opChanged && d.from != r.want) {
+			if slices.Contains(r.want, d.File) && (d.Op == opAdded || d.Op == opChanged && !slices.Contains(r.want, d.from)) {
 				return nil
 			}
 		}
-		return []string{"add any object of " + r.want + " to what Flux applies"}
+		return []string{"add any object of " + r.want[0] + " to what Flux applies"}
 	case message.Offboarding:
-		if built(r.want) {
-			return []string{"remove every object of " + r.want + " from what Flux applies"}
+		for _, w := range r.want {
+			if built(w) {
+				return []string{"remove every object of " + w + " from what Flux applies"}
+			}
 		}
 	}
 	return nil

@@ -9,10 +9,8 @@ import (
 	"path"
 	"regexp"
 	"sort"
-	"strings"
 
 	"github.com/tenant-worker/tenant-worker/internal/gitops"
-	"github.com/tenant-worker/tenant-worker/internal/kustomization"
 )
 
 // Tenant is one tenant, or one pooled environment.
@@ -43,36 +41,30 @@ var imagePolicy = regexp.MustCompile(`tag:\s*"?([^"\s#]*)"?\s*#\s*\{"\$imagepoli
 // Read reads the inventory under layout l. progress, if not nil, is called
 // with the tier being read.
 func Read(r gitops.Reader, l gitops.Layout, progress func(tier string, n int)) (Inventory, error) {
+	l, err := l.Of(r)
+	if err != nil {
+		return Inventory{}, err
+	}
 	tiers, err := l.Tiers(r)
 	if err != nil {
 		return Inventory{}, fmt.Errorf("list tiers: %w", err)
 	}
 	inv := Inventory{Tiers: tiers, Tenants: []Tenant{}}
 	for _, tier := range tiers {
-		k, err := r.ReadFile(l.TierKustomization(tier))
+		listed, err := l.Listed(r, tier)
 		if err != nil {
 			return inv, err
 		}
-		entries, err := kustomization.Resources(k)
-		if err != nil {
-			return inv, fmt.Errorf("%s: %w", l.TierKustomization(tier), err)
-		}
-		listed := map[string]bool{}
-		for _, e := range entries {
-			if id, ok := strings.CutSuffix(e, ".yaml"); ok && id != "dummy-configmap" {
-				listed[id] = true
-			}
-		}
-		ids, err := l.TenantFiles(r, tier)
+		tenants, err := l.Tenants(r, tier)
 		if err != nil {
 			return inv, err
 		}
-		files := map[string]bool{}
+		files := map[string]string{}
 		all := make([]string, 0, len(listed))
-		for _, id := range ids {
-			files[id] = true
-			if !listed[id] {
-				all = append(all, id) // a file without an entry
+		for _, t := range tenants {
+			files[t.ID] = t.File
+			if !listed[t.ID] {
+				all = append(all, t.ID) // a file without an entry
 			}
 		}
 		for id := range listed {
@@ -83,9 +75,9 @@ func Read(r gitops.Reader, l gitops.Layout, progress func(tier string, n int)) (
 			progress(tier, len(all))
 		}
 		for _, id := range all {
-			t := Tenant{ID: id, Tier: tier, File: files[id], Listed: listed[id], Images: map[string]string{}}
+			t := Tenant{ID: id, Tier: tier, File: files[id] != "", Listed: listed[id], Images: map[string]string{}}
 			if t.File {
-				if err := describe(r, l.TenantFile(tier, id), &t); err != nil {
+				if err := describe(r, files[id], &t); err != nil {
 					return inv, err
 				}
 			}
