@@ -31,6 +31,7 @@ Commands:
   send     send a tenant message (and with --wait, wait for its outcome)
   plan     show the commit a message would make, pushing nothing
   tenants  list tiers, tenants, chart versions and image tags
+  layout   show or migrate how tenant files are laid out (shard folders)
   help     show this help
 
 Run "tenant-worker <command> --help" for a command's flags.
@@ -55,6 +56,8 @@ func Main(args []string, stdout, stderr io.Writer, getenv func(string) string) i
 		return planCmd(args[1:], stdout, stderr, getenv)
 	case "tenants":
 		return tenantsCmd(args[1:], stdout, stderr, getenv)
+	case "layout":
+		return layoutCmd(args[1:], stdout, stderr, getenv)
 	case "help", "-h", "-help", "--help":
 		fmt.Fprint(stdout, usage)
 		return 0

@@ -155,6 +155,30 @@ func (c *Checker) Check(before, after Source, req message.Request, changed []str
 	return &all
 }
 
+// Moved checks a change that may only move files (a layout migration):
+// every object a Kustomization folder the change touches builds after is
+// built before, equal in every field, and nothing else is. Otherwise it
+// returns an *Error naming each object that differs, and errNotBuilt's
+// error when what Flux applies now cannot be built to compare with.
+func (c *Checker) Moved(before, after Source, changed []string) error {
+	var all Error
+	for _, dir := range c.layout.AppliedDirs(changed) {
+		deltas, _, err := c.diff(before, after, dir, changed)
+		if err != nil {
+			return fmt.Errorf("compare what %s builds: %w", dir, err)
+		}
+		for _, d := range deltas {
+			if d.Op != opChanged || len(d.Fields) > 0 {
+				all.Unintended = append(all.Unintended, d.Delta)
+			}
+		}
+	}
+	if len(all.Unintended) == 0 {
+		return nil
+	}
+	return &all
+}
+
 // allowedBy reports whether one of rules allows d, or d is an object of a
 // tenant that an offboarding takes out of one file and an onboarding of
 // the same change puts in another (a move to another tier).

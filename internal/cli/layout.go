@@ -1,0 +1,176 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"sort"
+	"strings"
+	"syscall"
+
+	"github.com/tenant-worker/tenant-worker/internal/config"
+	"github.com/tenant-worker/tenant-worker/internal/gitops"
+	"github.com/tenant-worker/tenant-worker/internal/gitrepo"
+	"github.com/tenant-worker/tenant-worker/internal/intent"
+	"github.com/tenant-worker/tenant-worker/internal/progress"
+	"github.com/tenant-worker/tenant-worker/internal/validate"
+)
+
+const layoutUsage = `Usage: tenant-worker layout show|migrate [flags]
+
+show prints how the branch lays out tenant files: in each tier's folder
+(the platform's layout), or spread over shard folders of each tier.
+
+migrate moves every tenant file of every tier to where a layout of
+--shards folders per tier puts it (--shards 0: back into the tier's own
+folder), records the layout in tenants/layout.yaml and pushes that as one
+commit. Files move byte for byte and keep whether a kustomization lists
+them: before pushing, the commit is built the way Flux reads it and
+compared with the branch, and it is refused unless every object Flux
+applies is the same, field for field. So the Kustomization that applies
+the tenants folder prunes nothing and recreates nothing. Workers running
+on the branch need no restart: each reads the layout from the commit it
+edits. A worker's push that lands first makes the migration start again
+from it (at most 5 times).
+
+Exit 0 when the branch has the layout (pushed now or before), 1 when the
+repository cannot be moved as it is (the reason names the file) or git
+fails, 2 for bad flags.
+
+Example:
+  tenant-worker layout migrate --shards 16
+  tenant-worker layout migrate --shards 0 --dry-run
+`
+
+// migrateAttempts bounds the migrations started again after a worker's
+// push landed first.
+const migrateAttempts = 5
+
+func layoutCmd(args []string, stdout, stderr io.Writer, getenv func(string) string) int {
+	fs := newFlags("layout", layoutUsage, stdout, stderr)
+	opts := config.Default()
+	opts.BindGroups(fs, getenv, config.Git)
+	shards := fs.Int("shards", -1, "shard folders per tier to migrate to, 1 to 100; 0 moves the tenants back into their tier's folder")
+	dryRun := fs.Bool("dry-run", false, "check and print the migration, push nothing")
+	code, done := parse(fs, args)
+	if done {
+		return code
+	}
+	if fs.NArg() != 1 || fs.Arg(0) != "show" && fs.Arg(0) != "migrate" {
+		fmt.Fprintf(stderr, "tenant-worker layout: want show or migrate, got %q\n", fs.Args())
+		return 2
+	}
+	migrate := fs.Arg(0) == "migrate"
+	if migrate && (*shards < 0 || *shards > gitops.MaxShards) {
+		fmt.Fprintf(stderr, "tenant-worker layout migrate: --shards must be 0 to %d\n", gitops.MaxShards)
+		return 2
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	line := progress.New(stderr)
+	repo, code := openRepo(ctx, "layout", opts, line, stderr)
+	if repo == nil {
+		return code
+	}
+	base := gitops.Layout{Root: opts.GitopsRoot}
+	if !migrate {
+		snap, err := repo.Snapshot(repo.Head())
+		if err != nil {
+			fmt.Fprintf(stderr, "tenant-worker layout: %v\n", err)
+			return 1
+		}
+		l, err := base.Of(snap)
+		if err != nil {
+			fmt.Fprintf(stderr, "tenant-worker layout: %v\n", err)
+			return 1
+		}
+		fmt.Fprintf(stdout, "%s at %s: %s\n", opts.GitBranch, repo.Head(), describeLayout(l))
+		return 0
+	}
+	for attempt := 1; ; attempt++ {
+		msg, err := migrateOnce(ctx, repo, base, *shards, *dryRun, line)
+		line.Clear()
+		if errors.Is(err, gitrepo.ErrConflict) && attempt < migrateAttempts {
+			fmt.Fprintf(stderr, "tenant-worker layout: %s moved while migrating; starting again from it\n", opts.GitBranch)
+			if _, err := repo.Fetch(ctx); err != nil {
+				fmt.Fprintf(stderr, "tenant-worker layout: %v\n", err)
+				return 1
+			}
+			continue
+		}
+		if err != nil {
+			fmt.Fprintf(stderr, "tenant-worker layout migrate: %v\n", err)
+			return 1
+		}
+		fmt.Fprintln(stdout, msg)
+		return 0
+	}
+}
+
+// migrateOnce migrates the branch at the clone's head: it plans, commits,
+// checks and (unless dryRun) pushes, and says what it did.
+func migrateOnce(ctx context.Context, repo *gitrepo.Repo, base gitops.Layout, shards int, dryRun bool, line *progress.Line) (string, error) {
+	head := repo.Head()
+	before, err := repo.Snapshot(head)
+	if err != nil {
+		return "", err
+	}
+	line.Show("planning the move")
+	files, err := base.Migrate(before, shards)
+	if err != nil {
+		return "", err
+	}
+	to := base
+	to.Shards = shards
+	if len(files) == 0 {
+		return fmt.Sprintf("%s is laid out %s already: nothing to change", head, describeLayout(to)), nil
+	}
+	moved := 0
+	for p, c := range files {
+		if c != nil && strings.HasSuffix(p, ".yaml") && !strings.HasSuffix(p, "/kustomization.yaml") && p != base.LayoutFile() {
+			moved++
+		}
+	}
+	subject := fmt.Sprintf("Layout: tenant files %s", describeLayout(to))
+	commit, err := repo.Commit(head, files, subject+"\n\nWritten by `tenant-worker layout migrate`: files moved byte for byte, the objects Flux applies unchanged.")
+	if err != nil {
+		return "", fmt.Errorf("commit: %w", err)
+	}
+	after, err := repo.Snapshot(commit)
+	if err != nil {
+		return "", err
+	}
+	changed := make([]string, 0, len(files))
+	for p := range files {
+		changed = append(changed, p)
+	}
+	sort.Strings(changed)
+	line.Show("building what Flux would apply")
+	if err := validate.NewChecker(base).Check(after, changed); err != nil {
+		return "", fmt.Errorf("the moved tree does not build: %w", err)
+	}
+	line.Show("comparing it with what Flux applies now")
+	if err := intent.NewChecker(base).Moved(before, after, changed); err != nil {
+		return "", fmt.Errorf("the move would change what Flux applies, so nothing is pushed: %w", err)
+	}
+	if dryRun {
+		return fmt.Sprintf("would move %d tenant files (%d paths changed) to lay out %s %s; nothing was pushed",
+			moved, len(files), repo.Branch(), describeLayout(to)), nil
+	}
+	line.Show("pushing")
+	if err := repo.Push(ctx, head, commit); err != nil {
+		return "", err
+	}
+	return fmt.Sprintf("moved %d tenant files (%d paths changed): %s is laid out %s at %s", moved, len(files), repo.Branch(), describeLayout(to), commit), nil
+}
+
+// describeLayout says where a layout puts tenant files.
+func describeLayout(l gitops.Layout) string {
+	if l.Shards == 0 {
+		return "in each tier's folder"
+	}
+	return fmt.Sprintf("in %d shard folders per tier", l.Shards)
+}

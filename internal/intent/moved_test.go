@@ -1,0 +1,73 @@
+package intent
+
+import (
+	"maps"
+	"path"
+	"slices"
+	"strings"
+	"testing"
+	"testing/fstest"
+
+	"github.com/tenant-worker/tenant-worker/internal/gitops"
+	"github.com/tenant-worker/tenant-worker/templates"
+)
+
+// migrated applies a layout migration to m and returns the tree after and
+// the changed paths.
+func migrated(t *testing.T, m fstest.MapFS, shards int) (fstest.MapFS, []string) {
+	t.Helper()
+	files, err := layout.Migrate(gitops.FS{FS: m}, shards)
+	if err != nil {
+		t.Fatal(err)
+	}
+	after := clone(m)
+	for p, b := range files {
+		if b == nil {
+			delete(after, p)
+		} else {
+			after[p] = &fstest.MapFile{Data: b}
+		}
+	}
+	return after, slices.Sorted(maps.Keys(files))
+}
+
+// TestMovedAllowsOnlyMoves: a layout migration passes; the same migration
+// with one moved file edited, or one tenant left out of its list, is
+// refused with the objects named.
+func TestMovedAllowsOnlyMoves(t *testing.T) {
+	m := onboarded(t, "p1", "p2", "p3", "b1", "b2")
+	put(m, "tenants/premium/stray.yaml", strings.ReplaceAll(mustFile(t, m, "tenants/premium/p1.yaml"), "p1", "stray"))
+	after, changed := migrated(t, m, 3)
+	if err := NewChecker(layout).Moved(mem{m}, mem{after}, changed); err != nil {
+		t.Fatalf("a migration: %v", err)
+	}
+	sharded, _ := layout.Of(gitops.FS{FS: after})
+	p2 := sharded.TenantFile("premium", "p2")
+	for name, spoil := range map[string]func(fstest.MapFS){
+		"an edited file": func(a fstest.MapFS) {
+			a[p2] = &fstest.MapFile{Data: []byte(strings.Replace(string(a[p2].Data), "0.0", "9.9", 1))}
+		},
+		"a tenant unlisted": func(a fstest.MapFS) {
+			k := sharded.TenantDir("premium", "p2") + "/kustomization.yaml"
+			a[k] = &fstest.MapFile{Data: []byte(strings.Replace(string(a[k].Data), "  - p2.yaml\n", "", 1))}
+		},
+	} {
+		t.Run(name, func(t *testing.T) {
+			a := clone(after)
+			spoil(a)
+			err := NewChecker(layout).Moved(mem{m}, mem{a}, append(slices.Clone(changed), sharded.TenantDir("premium", "p2")+"/kustomization.yaml"))
+			if err == nil || !strings.Contains(err.Error(), "p2") {
+				t.Fatalf("got %v, want the objects of p2 named", err)
+			}
+		})
+	}
+}
+
+func mustFile(t *testing.T, m fstest.MapFS, name string) string {
+	t.Helper()
+	f, ok := m[path.Join(templates.Root, name)]
+	if !ok {
+		t.Fatalf("%s is absent", name)
+	}
+	return string(f.Data)
+}
