@@ -41,6 +41,7 @@ func run() int {
 	ledgerOnboard := flag.Int("ledger-onboardings", 100, "single onboardings per ledger size and server (git's and Gitea)")
 	ledgerBacklog := flag.Int("ledger-backlog", 20000, "onboardings waiting in the queue when a worker starts, on Gitea (git's server with -gitea=false); 0 skips it")
 	ledgerBacklogDeploy := flag.Bool("ledger-backlog-deployments", false, "make the backlog per-tenant deployments of the seeded tenants (the tree changes, the repository does not grow) instead of onboardings")
+	ledgerShards := flag.Int("ledger-shards", 0, "lay the backlog's repository out in this many shard folders per tier (tenant-worker layout migrate); 0 is the platform's layout")
 	ledgerRevisions := flag.Int("ledger-revisions", 1000, "messages, half of them no-ops, whose new main revisions are counted, per server; 0 skips it")
 	only := flag.String("only", "", "run only this part: git, gitea, ledger or live")
 	flag.Parse()
@@ -54,7 +55,7 @@ func run() int {
 		fmt.Fprintln(os.Stderr, "bench:", err)
 		return 2
 	}
-	ledgerOpts := bench.LedgerOptions{Tenants: *ledgerTenants, Onboard: *ledgerOnboard, Backlog: *ledgerBacklog, BacklogDeployments: *ledgerBacklogDeploy,
+	ledgerOpts := bench.LedgerOptions{Tenants: *ledgerTenants, Onboard: *ledgerOnboard, Backlog: *ledgerBacklog, BacklogDeployments: *ledgerBacklogDeploy, Shards: *ledgerShards,
 		Revisions: *ledgerRevisions, Gitea: *onGitea, Binary: *binary}
 	if ledgerOpts.IDs, err = parseSizes(*ledgerIDs); err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)

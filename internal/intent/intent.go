@@ -225,10 +225,9 @@ func (c *Checker) diff(before, after Source, dir string, changed []string) ([]de
 		if !ta.simple {
 			return c.diffBuilt(before, after, dir)
 		}
-		cands = slices.Collect(maps.Keys(tb.files))
-		cands = append(cands, slices.Collect(maps.Keys(ta.files))...)
+		cands = append(tb.files.paths(), ta.files.paths()...)
 	}
-	built := func(file string) bool { _, ok := ta.files[file]; return ok }
+	built := func(file string) bool { _, ok := ta.files.get(file); return ok }
 	// Every kustomization lists plain files and folders and transforms
 	// nothing, so a file's objects are what it declares: only files whose
 	// content changed, or that entered or left a list, can make a
@@ -240,8 +239,8 @@ func (c *Checker) diff(before, after Source, dir string, changed []string) ([]de
 			continue
 		}
 		seen[p] = true
-		hb, inB := tb.files[p]
-		ha, inA := ta.files[p]
+		hb, inB := tb.files.get(p)
+		ha, inA := ta.files.get(p)
 		if inB && inA && ha == hb {
 			continue
 		}

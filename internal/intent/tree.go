@@ -27,7 +27,7 @@ import (
 // tree is what a Kustomization folder builds, when every kustomization in
 // it only lists plain files and folders: the files it applies.
 type tree struct {
-	files  map[string]string   // path -> content id
+	files  *fileMap            // path -> content id
 	lists  map[string][]string // folder of a kustomization -> its entries
 	simple bool                // false: kustomize must build it to tell
 }
@@ -42,7 +42,7 @@ func (c *Checker) resolve(src Source, dir string) (*tree, error) {
 	if t, ok := c.trees.get(key); ok {
 		return t, nil
 	}
-	t := &tree{files: map[string]string{}, lists: map[string][]string{}, simple: true}
+	t := &tree{files: newFileMap(), lists: map[string][]string{}, simple: true}
 	if err := c.walk(src, dir, t, 0); err != nil {
 		return nil, err
 	}
@@ -83,11 +83,11 @@ func (c *Checker) walk(src Source, dir string, t *tree, depth int) error {
 		}
 		p := dir + "/" + e
 		if id, ok := present[e]; ok {
-			if _, dup := t.files[p]; dup {
+			if _, dup := t.files.get(p); dup {
 				t.simple = false
 				return nil
 			}
-			t.files[p] = strings.Clone(id)
+			t.files.set(p, strings.Clone(id))
 		} else if slices.Contains(dirs, e) {
 			if err := c.walk(src, p, t, depth+1); err != nil {
 				return err
@@ -133,7 +133,7 @@ func (c *Checker) derive(tb *tree, after Source, dir string, changed []string) (
 	if !ok {
 		return nil, nil, false
 	}
-	ta := &tree{files: maps.Clone(tb.files), lists: maps.Clone(tb.lists), simple: true}
+	ta := &tree{files: tb.files.clone(), lists: maps.Clone(tb.lists), simple: true}
 	var cands []string
 	// The kustomizations first, a folder before those below it: what they
 	// list decides which files count, and whether a folder is reached is
@@ -191,16 +191,17 @@ func (c *Checker) derive(tb *tree, after Source, dir string, changed []string) (
 			}
 			q := d + "/" + e
 			if fid, err := ids.FileID(q); err == nil {
-				ta.files[q] = strings.Clone(fid)
+				ta.files.set(q, strings.Clone(fid))
 				cands = append(cands, q)
 				continue
 			}
-			sub := &tree{files: map[string]string{}, lists: map[string][]string{}, simple: true}
+			sub := &tree{files: newFileMap(), lists: map[string][]string{}, simple: true}
 			if err := c.walk(after, q, sub, 1); err != nil || !sub.simple {
 				return nil, nil, false
 			}
-			for f, fid := range sub.files {
-				ta.files[f] = fid
+			for _, f := range sub.files.paths() {
+				fid, _ := sub.files.get(f)
+				ta.files.set(f, fid)
 				cands = append(cands, f)
 			}
 			maps.Copy(ta.lists, sub.lists)
@@ -211,8 +212,8 @@ func (c *Checker) derive(tb *tree, after Source, dir string, changed []string) (
 		if path.Base(p) == "kustomization.yaml" || !strings.HasPrefix(p, dir+"/") {
 			continue
 		}
-		if _, listed := ta.files[p]; !listed {
-			if _, was := tb.files[p]; was {
+		if _, listed := ta.files.get(p); !listed {
+			if _, was := tb.files.get(p); was {
 				cands = append(cands, p) // its entry left the list
 			}
 			continue
@@ -221,7 +222,7 @@ func (c *Checker) derive(tb *tree, after Source, dir string, changed []string) (
 		if err != nil {
 			return nil, nil, false // listed but gone: kustomize refuses it
 		}
-		ta.files[p] = strings.Clone(fid)
+		ta.files.set(p, strings.Clone(fid))
 		cands = append(cands, p)
 	}
 	return ta, cands, true
@@ -230,16 +231,13 @@ func (c *Checker) derive(tb *tree, after Source, dir string, changed []string) (
 // drop takes a listed file, or a listed folder and all below it, out of
 // t, and returns the files taken out.
 func drop(t *tree, p string) []string {
-	if _, ok := t.files[p]; ok {
-		delete(t.files, p)
+	if _, ok := t.files.get(p); ok {
+		t.files.del(p)
 		return []string{p}
 	}
-	var out []string
-	for f := range t.files {
-		if strings.HasPrefix(f, p+"/") {
-			delete(t.files, f)
-			out = append(out, f)
-		}
+	out := t.files.under(p)
+	for _, f := range out {
+		t.files.del(f)
 	}
 	for d := range t.lists {
 		if d == p || strings.HasPrefix(d, p+"/") {

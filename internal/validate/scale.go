@@ -158,6 +158,51 @@ func collect(src Indexer, dir string, files *[]resourceFile, kusts *[]string) er
 	return nil
 }
 
+// contextFor is how many unchanged entries a kustomization of kdir keeps in
+// the pruned build of dir: contextEntries in dir's own and the folders it
+// lists (the tiers); below them (shard folders, which list tenant files
+// only) none when the folder holds a change, and one otherwise.
+func contextFor(dir, kdir string, changedDir map[string]bool) int {
+	if depth := strings.Count(strings.TrimPrefix(kdir, dir), "/"); depth < 2 {
+		return contextEntries
+	}
+	if changedDir[kdir] {
+		return 0
+	}
+	return 1
+}
+
+// prune filters a kustomization of kdir for the pruned build: changed
+// files and folders holding a change stay, and the first context of the
+// others. It marks what stays in kept and the folders left out in
+// dropped, and returns nil when nothing stays.
+func (c *Checker) prune(content []byte, kdir string, context int, isFile func(fileKey) bool, isChanged map[fileKey]bool,
+	changedDir map[string]bool, kept map[fileKey]bool, dropped map[string]bool) ([]byte, error) {
+	n, any := 0, false
+	pruned, _, err := kustomization.Filter(content, func(e string) bool {
+		key := fileKey{kdir, e} // a listed name without "/" (collect checked)
+		folder := !isFile(key)
+		if isChanged[key] || folder && changedDir[key.path()] {
+			kept[key], any = true, true
+			return true
+		}
+		n++
+		if n <= context {
+			kept[key], any = true, true
+			delete(dropped, key.path())
+			return true
+		}
+		if folder {
+			dropped[key.path()] = true
+		}
+		return false
+	})
+	if err != nil || !any {
+		return nil, err
+	}
+	return pruned, nil
+}
+
 // buildLarge checks a large tree: every listed file exists, no two listed
 // resources share an id (what kustomize's duplicate check refuses), and
 // kustomize builds a pruned copy holding every kustomization with the
@@ -176,28 +221,33 @@ func (c *Checker) buildLarge(src Indexer, dir string, changed []string, files []
 		isChanged[keyOf(p)] = true
 	}
 	isFile := func(k fileKey) bool { _, ok := idx.files[k]; return ok } // idx now holds exactly files
+	// Folders holding a changed path stay whole; the others are context
+	// like unchanged files, and what they list is left out with them.
+	changedDir := map[string]bool{}
+	for _, p := range changed {
+		for d := path.Dir(p); d != "." && d != "/" && !changedDir[d]; d = path.Dir(d) {
+			changedDir[d] = true
+		}
+	}
 	fsys := filesys.MakeFsInMemory()
 	kept := map[fileKey]bool{}
+	dropped := map[string]bool{}
 	for _, k := range kusts {
+		kdir := path.Dir(k)
+		if dropped[kdir] || dropped[path.Dir(kdir)] {
+			dropped[kdir] = true // collect lists a folder before those below it
+			continue
+		}
 		content, err := src.ReadFile(k)
 		if err != nil {
 			return err
 		}
-		kdir := path.Dir(k)
-		n := 0
-		pruned, _, err := kustomization.Filter(content, func(e string) bool {
-			key := fileKey{kdir, e} // a listed name without "/" (collect checked)
-			if !isFile(key) || isChanged[key] {
-				kept[key] = true
-				return true // directories and changed files stay
-			}
-			n++
-			if n <= contextEntries {
-				kept[key] = true
-				return true
-			}
-			return false
-		})
+		pruned, err := c.prune(content, kdir, contextFor(dir, kdir, changedDir), isFile, isChanged, changedDir, kept, dropped)
+		if err == nil && len(pruned) == 0 {
+			// Only removals changed this list: one entry keeps it a
+			// kustomization kustomize builds.
+			pruned, err = c.prune(content, kdir, 1, isFile, isChanged, changedDir, kept, dropped)
+		}
 		if err != nil {
 			return fmt.Errorf("kustomize build %s: %w", dir, err)
 		}

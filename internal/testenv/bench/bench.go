@@ -14,8 +14,10 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"testing/fstest"
 	"time"
 
+	"github.com/tenant-worker/tenant-worker/internal/gitops"
 	"github.com/tenant-worker/tenant-worker/internal/gitrepo"
 	"github.com/tenant-worker/tenant-worker/internal/testenv/gitserver"
 	"github.com/tenant-worker/tenant-worker/templates"
@@ -81,6 +83,13 @@ type SizeResult struct {
 // seedRepo makes a bare repository holding the reference tree plus n
 // premium tenants, as ../shared/bench/seed-repo.sh does.
 func seedRepo(srv repoCreator, name string, n int) error {
+	return seedRepoIn(srv, name, n, 0)
+}
+
+// seedRepoIn is seedRepo with the tenant files laid out in shards folders
+// per tier (0: the tier's folder), as `tenant-worker layout migrate` moves
+// them.
+func seedRepoIn(srv repoCreator, name string, n, shards int) error {
 	m, err := templates.Files()
 	if err != nil {
 		return err
@@ -96,6 +105,23 @@ func seedRepo(srv repoCreator, name string, n int) error {
 		fmt.Fprintf(&sb, "\n  - %s.yaml", id)
 	}
 	m[k] = []byte(sb.String())
+	if shards > 0 {
+		mfs := fstest.MapFS{}
+		for p, b := range m {
+			mfs[p] = &fstest.MapFile{Data: b}
+		}
+		moved, err := gitops.Layout{Root: root}.Migrate(gitops.FS{FS: mfs}, shards)
+		if err != nil {
+			return fmt.Errorf("lay out %d shards: %w", shards, err)
+		}
+		for p, b := range moved {
+			if b == nil {
+				delete(m, p)
+			} else {
+				m[p] = b
+			}
+		}
+	}
 	dir, err := os.MkdirTemp("", "bench-seed-")
 	if err != nil {
 		return err

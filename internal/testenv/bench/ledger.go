@@ -48,6 +48,9 @@ type LedgerOptions struct {
 	// tree and none grows it, which tells the ledger's growth apart from
 	// the layout's.
 	BacklogDeployments bool
+	// Shards lays the backlog's repository out in that many shard folders
+	// per tier (tenant-worker layout migrate); 0 is the platform's layout.
+	Shards int
 	// Revisions is the messages sent to count main's new revisions, half of
 	// them no-ops.
 	Revisions int
@@ -80,6 +83,7 @@ type LedgerBacklog struct {
 	// Kind is onboardings (the repository grows by each) or per-tenant
 	// deployments of the seeded tenants (it does not).
 	Kind      string  `json:"kind"`
+	Shards    int     `json:"shards_per_tier"`
 	Tenants   int     `json:"tenants_before"`
 	Messages  int     `json:"onboardings"`
 	Seconds   float64 `json:"seconds"`
@@ -490,10 +494,10 @@ var backlogTiers = []string{"premium", "basic", "advanced"}
 // the last window of them (1,000, or a fifth of a smaller backlog).
 func ledgerBacklog(ctx context.Context, o LedgerOptions, api *sqs.Client, h ledgerHost, progress io.Writer) (*LedgerBacklog, error) {
 	n := o.Backlog
-	b := &LedgerBacklog{Server: h.name, Tenants: o.Tenants, Messages: n, Window: max(1, min(1000, n/5)), Kind: "onboardings"}
-	fmt.Fprintf(progress, "bench (ledger, %s): a backlog of %d onboardings at %d tenants\n", h.name, n, o.Tenants)
+	b := &LedgerBacklog{Server: h.name, Tenants: o.Tenants, Messages: n, Window: max(1, min(1000, n/5)), Kind: "onboardings", Shards: o.Shards}
+	fmt.Fprintf(progress, "bench (ledger, %s): a backlog of %d onboardings at %d tenants, %d shard folders per tier\n", h.name, n, o.Tenants, o.Shards)
 	name := h.repo("ledger-backlog")
-	if err := seedRepo(h.srv, name, o.Tenants); err != nil {
+	if err := seedRepoIn(h.srv, name, o.Tenants, o.Shards); err != nil {
 		return b, fmt.Errorf("seed %s: %w", name, err)
 	}
 	queues, err := ledgerQueues(ctx, api, "backlog")
@@ -592,14 +596,18 @@ func LedgerTable(r *LedgerResult) string {
 	}
 	if l := r.Backlog; l != nil {
 		b.WriteString("\n")
-		fmt.Fprintf(&b, "| backlog (server) | tenants before | messages | seconds | messages/s | ≥100/s | first %d /s | last %d /s | last/first | ≥1 | redelivered | RSS MB |\n", l.Window, l.Window)
+		fmt.Fprintf(&b, "| backlog (server, layout) | tenants before | messages | seconds | messages/s | ≥100/s | first %d /s | last %d /s | last/first | ≥1 | redelivered | RSS MB |\n", l.Window, l.Window)
 		fmt.Fprintf(&b, "|---|---:|---:|---:|---:|---|---:|---:|---:|---|---:|---:|\n")
 		first, last, ratio, ok := "-", "-", "-", "-"
 		if l.FirstPerSecond > 0 {
 			first, last = fmt.Sprintf("%.0f", l.FirstPerSecond), fmt.Sprintf("%.0f", l.LastPerSecond)
 			ratio, ok = fmt.Sprintf("%.2f", l.LastOverFirst), yes(l.LastOverFirst >= 1)
 		}
-		fmt.Fprintf(&b, "| %s | %d | %d %s | %.1f | %.0f | %s | %s | %s | %s | %s | %d | %.0f |\n", l.Server, l.Tenants, l.Messages, l.Kind,
+		layout := "tier folders"
+		if l.Shards > 0 {
+			layout = fmt.Sprintf("%d shards per tier", l.Shards)
+		}
+		fmt.Fprintf(&b, "| %s, %s | %d | %d %s | %.1f | %.0f | %s | %s | %s | %s | %s | %d | %.0f |\n", l.Server, layout, l.Tenants, l.Messages, l.Kind,
 			l.Seconds, l.PerSecond, yes(l.PerSecond >= 100), first, last, ratio, ok, l.Redelivered, l.PeakRSSMB)
 	}
 	return b.String()
