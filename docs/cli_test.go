@@ -7,6 +7,7 @@ import (
 	"go/token"
 	"maps"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -23,6 +24,9 @@ import (
 type command struct {
 	flags map[string]bool
 	kind  bool
+	// verbs are the words its first argument is compared with
+	// (fs.Arg(0) == "show"), for a command that takes one of them.
+	verbs []string
 }
 
 // goPackage is the declarations of one package's non-test files.
@@ -186,6 +190,16 @@ func (p *goPackage) collect(t *testing.T, fn string, c *command, seen map[string
 	for _, decl := range p.funcs[fn] {
 		ast.Inspect(decl, func(n ast.Node) bool {
 			switch n := n.(type) {
+			case *ast.BinaryExpr:
+				call, ok := n.X.(*ast.CallExpr)
+				lit, isLit := n.Y.(*ast.BasicLit)
+				if ok && isLit && lit.Kind == token.STRING && len(call.Args) == 1 {
+					if sel, ok := call.Fun.(*ast.SelectorExpr); ok && sel.Sel.Name == "Arg" {
+						if v, err := strconv.Unquote(lit.Value); err == nil && !slices.Contains(c.verbs, v) {
+							c.verbs = append(c.verbs, v)
+						}
+					}
+				}
 			case *ast.SelectorExpr:
 				if id, ok := n.X.(*ast.Ident); ok && id.Name == "message" && n.Sel.Name == "Kinds" {
 					c.kind = true

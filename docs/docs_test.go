@@ -241,6 +241,14 @@ func checkCLI(t *testing.T, where string, words []word, subs map[string]command)
 			if positional > 1 {
 				continue
 			}
+			if len(c.verbs) > 0 {
+				for _, v := range strings.Split(w, "|") {
+					if !slices.Contains(c.verbs, v) {
+						t.Errorf("%s: tenant-worker %s %s: %q is not one of %v", where, sub, w, v, c.verbs)
+					}
+				}
+				continue
+			}
 			if !c.kind {
 				t.Errorf("%s: tenant-worker %s takes no argument, the docs give it %q", where, sub, w)
 				continue
