@@ -1,0 +1,187 @@
+package integration
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"net/http"
+	"strings"
+	"testing"
+	"testing/fstest"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+
+	"github.com/tenant-worker/tenant-worker/internal/flux"
+	"github.com/tenant-worker/tenant-worker/internal/gitops"
+	"github.com/tenant-worker/tenant-worker/internal/gitrepo"
+	"github.com/tenant-worker/tenant-worker/internal/message"
+	"github.com/tenant-worker/tenant-worker/internal/pipeline"
+	"github.com/tenant-worker/tenant-worker/internal/publish"
+	"github.com/tenant-worker/tenant-worker/internal/testenv/controlplane"
+	"github.com/tenant-worker/tenant-worker/internal/testenv/gitserver"
+	"github.com/tenant-worker/tenant-worker/templates"
+)
+
+// TestShardArtifactsOnARealControlPlane: with the tenants in shard folders,
+// one ExternalArtifact per folder published by the worker and one
+// Kustomization reading each, kustomize-controller (v1.9.6, feature gate
+// ExternalArtifact) applies a folder from the worker's archive; a change
+// of one folder is applied by that folder's Kustomization alone, with the
+// commit as its origin revision, and an offboarding is pruned.
+func TestShardArtifactsOnARealControlPlane(t *testing.T) {
+	ctx := context.Background()
+	cp, err := controlplane.Start(ctx, t.TempDir(), controlplane.Options{Flux: true,
+		KustomizeFlags: []string{"--feature-gates=ExternalArtifact=true"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(cp.Close)
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Log(cp.Logs("kustomize-controller", 40))
+		}
+	})
+
+	// The branch: premium tenants in 2 shard folders.
+	srv, err := gitserver.Start(t.TempDir(), "127.0.0.1:0", "tok")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { srv.Close() })
+	m, err := templates.MapFS()
+	if err != nil {
+		t.Fatal(err)
+	}
+	m[(gitops.Layout{Root: templates.Root}).LayoutFile()] = &fstest.MapFile{Data: gitops.LayoutContent(2)}
+	url, err := srv.CreateRepo("gitops.git", "main", m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	repo, err := gitrepo.Open(ctx, gitrepo.Options{URL: url, Branch: "main", LedgerBranch: "tenant-worker/ledger", Token: "tok",
+		AuthorName: "admin", AuthorEmail: "admin@example.com"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := pipeline.New(repo, pipeline.Options{Layout: gitops.Layout{Root: templates.Root}})
+	apply := func(kind message.Kind, body string) applied {
+		t.Helper()
+		req, err := message.Decode(kind, []byte(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		res := p.ApplyOne(ctx, req)
+		if res.Err != nil || !res.Applied {
+			t.Fatalf("%s: %+v", body, res)
+		}
+		return applied{commit: res.Commit.String()}
+	}
+	var last applied
+	for i := range 4 {
+		last = apply(message.Onboarding, fmt.Sprintf(`{"tenant_id":"art-%d","tenant_tier":"premium","release_version":"0.0"}`, i))
+	}
+
+	// The worker's artifact server, on loopback.
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	pub := publish.New(publish.Options{Layout: gitops.Layout{Root: templates.Root}, Namespace: controlplane.Namespace,
+		URL: "http://" + ln.Addr().String(), Client: cp.Dynamic, Branch: "main"})
+	hs := &http.Server{Handler: pub}
+	go hs.Serve(ln)
+	t.Cleanup(func() { hs.Close() })
+	publishHead := func() []publish.Folder {
+		t.Helper()
+		snap, err := repo.Snapshot(repo.Head())
+		if err != nil {
+			t.Fatal(err)
+		}
+		folders, err := pub.Publish(ctx, snap, repo.Head().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		return folders
+	}
+	folders := publishHead()
+	if len(folders) != 2 {
+		t.Fatalf("published %d folders, want the 2 shards of premium: %+v", len(folders), folders)
+	}
+	var docs []string
+	for _, f := range folders {
+		docs = append(docs, fmt.Sprintf(`apiVersion: kustomize.toolkit.fluxcd.io/v1
+kind: Kustomization
+metadata: {name: %s, namespace: %s}
+spec:
+  interval: 10m
+  prune: true
+  path: ./
+  sourceRef: {kind: ExternalArtifact, name: %s}
+`, f.Name, controlplane.Namespace, f.Name))
+	}
+	if err := cp.Apply(ctx, []byte(strings.Join(docs, "---\n"))); err != nil {
+		t.Fatal(err)
+	}
+	origin := func(name string) string {
+		k, err := cp.Dynamic.Resource(flux.Kustomizations).Namespace(controlplane.Namespace).Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return ""
+		}
+		v, _, _ := unstructured.NestedString(k.Object, "status", "lastAppliedOriginRevision")
+		return v
+	}
+	waitFor := func(what string, cond func() bool) {
+		t.Helper()
+		ctx, cancel := context.WithTimeout(ctx, 3*time.Minute)
+		defer cancel()
+		for !cond() {
+			select {
+			case <-ctx.Done():
+				t.Fatalf("%s: not within 3 minutes", what)
+			case <-time.After(200 * time.Millisecond):
+			}
+		}
+	}
+	release := func(id string) error {
+		_, err := cp.Dynamic.Resource(flux.HelmReleases).Namespace(controlplane.Namespace).Get(ctx, id+"-premium", metav1.GetOptions{})
+		return err
+	}
+	for _, f := range folders {
+		waitFor(f.Name+" applied at "+last.commit, func() bool { return origin(f.Name) == "main@sha1:"+last.commit })
+	}
+	for i := range 4 {
+		if err := release(fmt.Sprintf("art-%d", i)); err != nil {
+			t.Fatalf("art-%d: %v", i, err)
+		}
+	}
+
+	// One more tenant: its folder alone changes and is applied.
+	l := gitops.Layout{Root: templates.Root, Shards: 2}
+	changed := apply(message.Onboarding, `{"tenant_id":"art-new","tenant_tier":"premium","release_version":"0.0"}`)
+	var moved, still string
+	for _, f := range publishHead() {
+		if f.Changed {
+			moved = f.Name
+		} else {
+			still = f.Name
+		}
+	}
+	if want := publish.Name("premium", l.Shard("art-new")); moved != want || still == "" {
+		t.Fatalf("published %q as changed, %q as not; want %s alone changed", moved, still, want)
+	}
+	waitFor(moved+" applied at the onboarding's commit", func() bool { return origin(moved) == "main@sha1:"+changed.commit })
+	waitFor("art-new's HelmRelease", func() bool { return release("art-new") == nil })
+	if got := origin(still); got != "main@sha1:"+last.commit {
+		t.Errorf("%s, whose folder did not change, applied %s", still, got)
+	}
+
+	// An offboarding is pruned by its folder's Kustomization.
+	off := apply(message.Offboarding, `{"tenant_id":"art-new","tenant_tier":"premium"}`)
+	publishHead()
+	waitFor(moved+" applied at the offboarding's commit", func() bool { return origin(moved) == "main@sha1:"+off.commit })
+	waitFor("art-new's HelmRelease pruned", func() bool { return apierrors.IsNotFound(release("art-new")) })
+}
+
+type applied struct{ commit string }

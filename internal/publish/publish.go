@@ -1,0 +1,264 @@
+// Package publish keeps one ExternalArtifact per shard folder of the
+// branch (issue 21): it serves each folder's archive over HTTP and writes
+// the object's status to point at it, so that Flux's kustomize-controller,
+// for a Kustomization whose source is that ExternalArtifact, fetches and
+// applies one folder, and only when that folder changed. Nothing in Flux
+// owns ExternalArtifact objects; the worker, which knows the commit each
+// folder came from, is their producer.
+package publish
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"path"
+	"strings"
+	"sync"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/dynamic"
+
+	"github.com/tenant-worker/tenant-worker/internal/artifact"
+	"github.com/tenant-worker/tenant-worker/internal/gitops"
+)
+
+// ExternalArtifacts is the resource this package writes.
+var ExternalArtifacts = schema.GroupVersionResource{Group: "source.toolkit.fluxcd.io", Version: "v1", Resource: "externalartifacts"}
+
+// OriginRevision is the artifact metadata key kustomize-controller copies
+// into a Kustomization's status.lastAppliedOriginRevision: the commit the
+// applied folder came from.
+const OriginRevision = "org.opencontainers.image.revision"
+
+// Source is a snapshot of the branch (a git snapshot is one).
+type Source interface {
+	gitops.Reader
+	artifact.Source
+	DirHash(dir string) (string, error)
+}
+
+// Options configure a Publisher.
+type Options struct {
+	Layout gitops.Layout
+	// Namespace holds the ExternalArtifact objects (Flux's, flux-system).
+	Namespace string
+	// URL is where kustomize-controller reaches this Publisher's handler
+	// (the worker's Service); archives are at URL/<digest hex>.tar.gz.
+	URL string
+	// Client writes the objects.
+	Client dynamic.Interface
+	// Branch names the branch in the origin revision ("main@sha1:<commit>").
+	Branch string
+}
+
+// Publisher serves the archives and writes the objects. It is safe for
+// concurrent use.
+type Publisher struct {
+	o Options
+
+	mu sync.Mutex
+	// served holds each folder's current archive and the one before (a
+	// controller may still be fetching it), by file name.
+	served map[string][]byte
+	// byName is, per object, the file names it pointed at, newest last.
+	byName map[string][]string
+	// trees is the tree id each folder was last published from.
+	trees map[string]string
+}
+
+// New returns a Publisher.
+func New(o Options) *Publisher {
+	return &Publisher{o: o, served: map[string][]byte{}, byName: map[string][]string{}, trees: map[string]string{}}
+}
+
+// Name is the ExternalArtifact of a tier's shard folder.
+func Name(tier, shard string) string { return "tenants-" + tier + "-" + shard }
+
+// ServeHTTP serves GET /<digest hex>.tar.gz.
+func (p *Publisher) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if r.Method != http.MethodGet && r.Method != http.MethodHead {
+		http.Error(w, "method not allowed", http.StatusMethodNotAllowed)
+		return
+	}
+	p.mu.Lock()
+	data, ok := p.served[path.Base(r.URL.Path)]
+	p.mu.Unlock()
+	if !ok {
+		http.NotFound(w, r)
+		return
+	}
+	w.Header().Set("Content-Type", "application/gzip")
+	w.Write(data)
+}
+
+// Folder is one published folder.
+type Folder struct {
+	Tier, Shard, Name string
+	// Revision is the ExternalArtifact's revision ("latest@sha256:...").
+	Revision string
+	// Changed: the object was created or pointed at a new archive.
+	Changed bool
+}
+
+// Publish brings the ExternalArtifact of every shard folder in snap (at
+// commit) to that folder: a folder whose tree is the one last published
+// costs nothing, a new archive is served before the object points at it.
+// Objects of folders gone from the branch are left alone (their
+// Kustomization, gone too, no longer reads them).
+func (p *Publisher) Publish(ctx context.Context, snap Source, commit string) ([]Folder, error) {
+	l, err := p.o.Layout.Of(snap)
+	if err != nil {
+		return nil, err
+	}
+	tiers, err := l.Tiers(snap)
+	if err != nil {
+		return nil, fmt.Errorf("list tiers: %w", err)
+	}
+	var out []Folder
+	var errs []error
+	for _, tier := range tiers {
+		_, dirs, err := snap.Entries(l.TierDir(tier))
+		if err != nil {
+			return out, fmt.Errorf("list %s: %w", l.TierDir(tier), err)
+		}
+		for _, shard := range dirs {
+			if !strings.HasPrefix(shard, "shard-") {
+				continue
+			}
+			f, err := p.publish(ctx, snap, commit, tier, shard, path.Join(l.TierDir(tier), shard))
+			if err != nil {
+				errs = append(errs, err)
+				continue
+			}
+			out = append(out, f)
+		}
+	}
+	return out, errors.Join(errs...)
+}
+
+func (p *Publisher) publish(ctx context.Context, snap Source, commit, tier, shard, dir string) (Folder, error) {
+	f := Folder{Tier: tier, Shard: shard, Name: Name(tier, shard)}
+	tree, err := snap.DirHash(dir)
+	if err != nil {
+		return f, fmt.Errorf("read %s: %w", dir, err)
+	}
+	p.mu.Lock()
+	same := p.trees[dir] == tree
+	p.mu.Unlock()
+	if same {
+		return f, nil
+	}
+	a, err := artifact.Build(snap, dir)
+	if err != nil {
+		return f, err
+	}
+	f.Revision = a.Revision
+	file := strings.TrimPrefix(a.Digest, "sha256:") + ".tar.gz"
+	p.serve(f.Name, file, a.Data)
+	f.Changed, err = p.point(ctx, f.Name, file, a, commit)
+	if err != nil {
+		return f, fmt.Errorf("publish %s: %w", f.Name, err)
+	}
+	p.mu.Lock()
+	p.trees[dir] = tree
+	p.mu.Unlock()
+	return f, nil
+}
+
+// serve adds an archive, keeping the object's previous one. A folder can
+// come back to content it had (an onboarding, then its offboarding): the
+// archive it had is served again, not dropped as the oldest.
+func (p *Publisher) serve(name, file string, data []byte) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	files := p.byName[name]
+	if len(files) > 0 && files[len(files)-1] == file {
+		return
+	}
+	p.served[file] = data
+	kept := make([]string, 0, 3)
+	for _, f := range files {
+		if f != file {
+			kept = append(kept, f)
+		}
+	}
+	kept = append(kept, file)
+	for len(kept) > 2 {
+		old := kept[0]
+		kept = kept[1:]
+		p.byName[name] = kept
+		if !p.usedLocked(old, "") {
+			delete(p.served, old)
+		}
+	}
+	p.byName[name] = kept
+}
+
+// usedLocked reports whether an object other than except points at file
+// (two folders with the same content share an archive).
+func (p *Publisher) usedLocked(file, except string) bool {
+	for n, files := range p.byName {
+		if n != except && containsString(files, file) {
+			return true
+		}
+	}
+	return false
+}
+
+func containsString(s []string, v string) bool {
+	for _, x := range s {
+		if x == v {
+			return true
+		}
+	}
+	return false
+}
+
+// point creates the object if it is missing and sets its status to the
+// archive; it reports whether it changed anything.
+func (p *Publisher) point(ctx context.Context, name, file string, a artifact.Artifact, commit string) (bool, error) {
+	res := p.o.Client.Resource(ExternalArtifacts).Namespace(p.o.Namespace)
+	obj, err := res.Get(ctx, name, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		obj = &unstructured.Unstructured{Object: map[string]any{
+			"apiVersion": "source.toolkit.fluxcd.io/v1", "kind": "ExternalArtifact",
+			"metadata": map[string]any{"name": name, "namespace": p.o.Namespace,
+				"labels": map[string]any{"app.kubernetes.io/managed-by": "tenant-worker"}},
+			"spec": map[string]any{},
+		}}
+		obj, err = res.Create(ctx, obj, metav1.CreateOptions{})
+	}
+	if err != nil {
+		return false, err
+	}
+	if rev, _, _ := unstructured.NestedString(obj.Object, "status", "artifact", "revision"); rev == a.Revision {
+		return false, nil // published before (by this replica before a restart, or another)
+	}
+	now := time.Now().UTC().Format(time.RFC3339)
+	origin := p.o.Branch + "@sha1:" + commit
+	status := map[string]any{
+		"artifact": map[string]any{
+			"digest": a.Digest, "revision": a.Revision, "lastUpdateTime": now,
+			"path": name + "/" + file, "url": strings.TrimSuffix(p.o.URL, "/") + "/" + file,
+			"size":     int64(len(a.Data)),
+			"metadata": map[string]any{OriginRevision: origin},
+		},
+		"conditions": []any{map[string]any{
+			"type": "Ready", "status": "True", "reason": "Succeeded", "lastTransitionTime": now,
+			"observedGeneration": obj.GetGeneration(),
+			"message":            "stored artifact for revision '" + a.Revision + "' from " + origin,
+		}},
+	}
+	if err := unstructured.SetNestedMap(obj.Object, status, "status"); err != nil {
+		return false, err
+	}
+	if _, err := res.UpdateStatus(ctx, obj, metav1.UpdateOptions{}); err != nil {
+		return false, err
+	}
+	return true, nil
+}
