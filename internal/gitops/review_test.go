@@ -48,3 +48,39 @@ func TestReviewOffboardingBesideAMovedLeftoverKeepsTheTreeBuilding(t *testing.T)
 	t.Logf("changed %v; %s is now:\n%s", keys(c.Files), k, at(m, k))
 	built(t, m) // fails: kustomization.yaml is empty
 }
+
+// TestReviewShardKustomizationUnderAnotherName: kustomize and Flux read a
+// folder's kustomization under any of its names (kustomization.yml,
+// Kustomization), and the intent check follows them too. A shard folder
+// whose kustomization someone saved as kustomization.yml is taken by the
+// planner for a folder "not made yet": an onboarding to it writes a second
+// kustomization (kustomization.yaml) beside the first, and kustomize
+// refuses the folder ("Found multiple kustomization files"), so the
+// tenants tree no longer builds. The onboarding should list the tenant in
+// the folder's kustomization (or be refused naming it), leaving a tree
+// kustomize builds.
+func TestReviewShardKustomizationUnderAnotherName(t *testing.T) {
+	m := seed(t)
+	migrate(t, m, 4)
+	l, _ := layout.Of(FS{m})
+	mustPlan(t, m, message.Onboarding, `{"tenant_id":"a1","tenant_tier":"premium","release_version":"1.0"}`)
+	dir := l.TenantDir("premium", "a1")
+	m[dir+"/kustomization.yml"] = m[dir+"/kustomization.yaml"]
+	delete(m, dir+"/kustomization.yaml")
+	built(t, m) // kustomize reads it
+
+	other := ""
+	for i := 0; other == ""; i++ {
+		if id := fmt.Sprintf("b%d", i); l.Shard(id) == l.Shard("a1") {
+			other = id
+		}
+	}
+	c, err := plan(t, m, message.Onboarding, `{"tenant_id":"`+other+`","tenant_tier":"premium","release_version":"1.0"}`)
+	if err != nil {
+		t.Logf("refused: %v", err)
+		return
+	}
+	apply(m, c)
+	t.Logf("onboarding %s changed %v", other, keys(c.Files))
+	built(t, m)
+}
