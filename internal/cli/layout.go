@@ -33,8 +33,10 @@ compared with the branch, and it is refused unless every object Flux
 applies is the same, field for field. So the Kustomization that applies
 the tenants folder prunes nothing and recreates nothing. Workers running
 on the branch need no restart: each reads the layout from the commit it
-edits. A worker's push that lands first makes the migration start again
-from it (at most 5 times).
+edits. But every replica must run a version that has this command: an
+older one looks for tenants only in the tier's folder. A worker's push
+that lands first makes the migration start again from it (at most 5
+times).
 
 Exit 0 when the branch has the layout (pushed now or before), 1 when the
 repository cannot be moved as it is (the reason names the file) or git

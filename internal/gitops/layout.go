@@ -351,7 +351,15 @@ func (l Layout) tenantAt(r Reader, dir, id string, shard bool) (tenantState, err
 	name := path.Join(dir, kustomizationFile)
 	k, err := r.ReadFile(name)
 	if errors.Is(err, fs.ErrNotExist) && shard {
-		return s, nil // a shard folder not made yet
+		// A shard folder not made yet, or one whose kustomization has
+		// another name kustomize reads, which the worker does not edit:
+		// a second one beside it would break the folder.
+		for _, n := range konfig.RecognizedKustomizationFileNames() {
+			if _, err := r.ReadFile(path.Join(dir, n)); err == nil && n != kustomizationFile {
+				return s, fmt.Errorf("%w: %s: a shard folder's kustomization must be named %s", ErrBroken, path.Join(dir, n), kustomizationFile)
+			}
+		}
+		return s, nil
 	}
 	if err != nil {
 		return s, err

@@ -576,8 +576,9 @@ func (p *planner) editKustomization(tier, dir, entry string, edit func([]byte, s
 	if dir == p.TierDir(tier) {
 		return nil
 	}
-	// A shard folder's last tenant takes the folder with it: kustomize
-	// refuses a kustomization that lists nothing.
+	// A shard folder's last tenant takes the folder with it. When other
+	// files stay in it (a file nobody lists), its list is written as an
+	// empty one, `resources: []`: kustomize refuses a list left null.
 	if left, err := kustomization.Resources(out); err != nil || len(left) > 0 {
 		return nil
 	}
@@ -585,7 +586,15 @@ func (p *planner) editKustomization(tier, dir, entry string, edit func([]byte, s
 		c, gone := p.files[path.Join(dir, n)]
 		return n != kustomizationFile && !(gone && c == nil)
 	}) {
-		return nil // something else is in it: kustomize says what
+		rest, err := kustomization.Rest(out)
+		if err != nil {
+			return formError(name, err)
+		}
+		if len(rest) > 0 && !bytes.HasSuffix(rest, []byte("\n")) {
+			rest = append(rest, '\n')
+		}
+		p.files[name] = append(rest, "resources: []\n"...)
+		return nil
 	}
 	p.files[name] = nil
 	return p.editKustomization(tier, p.TierDir(tier), path.Base(dir), kustomization.Remove)

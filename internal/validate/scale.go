@@ -248,6 +248,9 @@ func (c *Checker) buildLarge(src Indexer, dir string, changed []string, files []
 			// kustomization kustomize builds.
 			pruned, err = c.prune(content, kdir, 1, isFile, isChanged, changedDir, kept, dropped)
 		}
+		if err == nil && len(pruned) == 0 {
+			pruned = content // it lists nothing (resources: []): kustomize judges it as it is
+		}
 		if err != nil {
 			return fmt.Errorf("kustomize build %s: %w", dir, err)
 		}
