@@ -67,6 +67,12 @@ type Layout struct {
 	// folder. It is a property of the repository (tenants/layout.yaml,
 	// written by `tenant-worker layout migrate`): Of reads it.
 	Shards int
+	// ShardKustomizations says each shard folder is applied by a Flux
+	// Kustomization of its own (of the GitRepository, or of an
+	// ExternalArtifact of the folder), not through its tier: the tier's
+	// kustomization does not list it, and the folder stays when its last
+	// tenant leaves (listing nothing, for its Kustomization to prune).
+	ShardKustomizations bool
 }
 
 // MaxShards bounds Shards: shard folders are named shard-00 to shard-99.
@@ -84,7 +90,7 @@ func (l Layout) LayoutFile() string { return path.Join(l.TenantsDir(), "layout.y
 // fault of the repository (ErrBroken): guessing would put tenants where no
 // other reader looks for them.
 func (l Layout) Of(r interface{ ReadFile(string) ([]byte, error) }) (Layout, error) {
-	l.Shards = 0
+	l.Shards, l.ShardKustomizations = 0, false
 	content, err := r.ReadFile(l.LayoutFile())
 	if errors.Is(err, fs.ErrNotExist) {
 		return l, nil
@@ -92,35 +98,30 @@ func (l Layout) Of(r interface{ ReadFile(string) ([]byte, error) }) (Layout, err
 	if err != nil {
 		return l, fmt.Errorf("read %s: %w", l.LayoutFile(), err)
 	}
-	n, err := ParseLayout(content)
-	if err != nil {
-		return l, fmt.Errorf("%w: %s: %v", ErrBroken, l.LayoutFile(), err)
+	var v struct {
+		Shards              *int `json:"shards"`
+		ShardKustomizations bool `json:"shardKustomizations"`
 	}
-	l.Shards = n
+	if err := yaml.UnmarshalStrict(content, &v); err != nil {
+		return l, fmt.Errorf("%w: %s: want the fields shards and shardKustomizations: %v", ErrBroken, l.LayoutFile(), err)
+	}
+	if v.Shards == nil || *v.Shards < 1 || *v.Shards > MaxShards {
+		return l, fmt.Errorf("%w: %s: shards must be 1 to %d", ErrBroken, l.LayoutFile(), MaxShards)
+	}
+	l.Shards, l.ShardKustomizations = *v.Shards, v.ShardKustomizations
 	return l, nil
 }
 
-// ParseLayout reads the shard count of a layout file: one field, shards,
-// from 1 to MaxShards.
-func ParseLayout(content []byte) (int, error) {
-	var v struct {
-		Shards *int `json:"shards"`
-	}
-	if err := yaml.UnmarshalStrict(content, &v); err != nil {
-		return 0, fmt.Errorf("want one field, shards: %w", err)
-	}
-	if v.Shards == nil || *v.Shards < 1 || *v.Shards > MaxShards {
-		return 0, fmt.Errorf("shards must be 1 to %d", MaxShards)
-	}
-	return *v.Shards, nil
-}
-
-// LayoutContent is the layout file for n shards.
-func LayoutContent(n int) []byte {
-	return []byte("# Written by `tenant-worker layout migrate`: each tier's tenant files are in\n" +
+// LayoutContent is the layout file of l (Shards at least 1).
+func (l Layout) LayoutContent() []byte {
+	b := []byte("# Written by `tenant-worker layout migrate`: each tier's tenant files are in\n" +
 		"# shard-NN/ folders, NN the FNV-1a hash of the tenant id modulo shards.\n" +
 		"# Change it only with that command, which moves the files too.\n" +
-		"shards: " + strconv.Itoa(n) + "\n")
+		"shards: " + strconv.Itoa(l.Shards) + "\n")
+	if l.ShardKustomizations {
+		b = append(b, "# Each shard folder is applied by a Kustomization of its own.\nshardKustomizations: true\n"...)
+	}
+	return b
 }
 
 // Shard is the shard folder of tenant id ("" in the flat layout).
@@ -141,6 +142,20 @@ func isShard(name string) bool {
 	}
 	_, err := strconv.Atoi(n)
 	return err == nil && n[0] != '-' && n[0] != '+'
+}
+
+// ShardDirs lists the shard folders of a tier.
+func (l Layout) ShardDirs(r Reader, tier string) []string {
+	names, _ := r.ReadDir(l.TierDir(tier))
+	var out []string
+	for _, n := range names {
+		if isShard(n) {
+			if _, err := r.ReadDir(path.Join(l.TierDir(tier), n)); err == nil {
+				out = append(out, path.Join(l.TierDir(tier), n))
+			}
+		}
+	}
+	return out
 }
 
 // TenantDir is the folder of tenant id's file and of the kustomization
@@ -304,7 +319,7 @@ func (l Layout) Listed(r Reader, tier string) (map[string]bool, error) {
 		for _, e := range entries {
 			if id, ok := strings.CutSuffix(e, ".yaml"); ok && e != dummyConfigMap {
 				out[id] = true
-			} else if top && isShard(e) {
+			} else if top && isShard(e) && !l.ShardKustomizations {
 				if err := read(path.Join(dir, e), false); err != nil {
 					return err
 				}
@@ -312,7 +327,17 @@ func (l Layout) Listed(r Reader, tier string) (map[string]bool, error) {
 		}
 		return nil
 	}
-	return out, read(l.TierDir(tier), true)
+	if err := read(l.TierDir(tier), true); err != nil {
+		return out, err
+	}
+	if l.ShardKustomizations { // each shard's list is read by its own Kustomization
+		for _, dir := range l.ShardDirs(r, tier) {
+			if err := read(dir, false); err != nil {
+				return out, err
+			}
+		}
+	}
+	return out, nil
 }
 
 // tenantState says where a tenant stands in one tier.

@@ -15,23 +15,50 @@ import (
 )
 
 // Migrate returns the file changes that move every tenant file of every
-// tier to where a layout of shards puts it (0: the tier's own folder), and
-// record that layout in LayoutFile. Files move byte for byte and keep
-// whether a kustomization lists them, so Flux applies the same objects
-// before and after: only the paths differ. A tier whose folder holds what
-// the move cannot carry (a listed file that does not exist, a shard folder
-// with files of its own) is refused as ErrBroken, naming it, and nothing
-// is returned.
+// tier to where a layout of shards puts it (0: the tier's own folder),
+// keeping whether shard folders have Kustomizations of their own, and
+// record that layout in LayoutFile. See MigrateTo.
 func (l Layout) Migrate(r Reader, shards int) (map[string][]byte, error) {
-	if shards < 0 || shards > MaxShards {
-		return nil, fmt.Errorf("shards must be 0 (the tier's folder) to %d, not %d", MaxShards, shards)
-	}
 	from, err := l.Of(r)
 	if err != nil {
 		return nil, err
 	}
 	to := from
 	to.Shards = shards
+	if shards == 0 {
+		to.ShardKustomizations = false
+	}
+	return l.MigrateTo(r, to)
+}
+
+// MigrateTo returns the file changes that move every tenant file of every
+// tier to where layout to puts it, and record to in LayoutFile. Files move
+// byte for byte and keep whether a kustomization lists them, so the
+// objects Flux applies are the same before and after: only the paths, and
+// with ShardKustomizations the Kustomization applying them, differ. A tier
+// whose folder holds what the move cannot carry (a listed file that does
+// not exist, a shard folder with files of its own) is refused as
+// ErrBroken, naming it, and nothing is returned.
+func (l Layout) MigrateTo(r Reader, to Layout) (map[string][]byte, error) {
+	if to.Shards < 0 || to.Shards > MaxShards {
+		return nil, fmt.Errorf("shards must be 0 (the tier's folder) to %d, not %d", MaxShards, to.Shards)
+	}
+	if to.Shards == 0 && to.ShardKustomizations {
+		return nil, errors.New("shard Kustomizations need shard folders")
+	}
+	from, err := l.Of(r)
+	if err != nil {
+		return nil, err
+	}
+	to.Root = l.Root
+	if (from.ShardKustomizations || to.ShardKustomizations) && (from.Shards != to.Shards || from.ShardKustomizations != to.ShardKustomizations) {
+		// A tenant would move from one Flux Kustomization to another, and
+		// the one it leaves prunes what the other has not yet taken over:
+		// that needs the Kustomizations handed over in the cluster, which
+		// this move of files does not do.
+		return nil, fmt.Errorf("%w: moving tenants between shard Kustomizations (%s to %s) needs their handover in the cluster, "+
+			"which this version does not do", ErrUnsupported, from.describe(), to.describe())
+	}
 	tiers, err := from.Tiers(r)
 	if err != nil {
 		return nil, fmt.Errorf("list tiers: %w", err)
@@ -47,10 +74,10 @@ func (l Layout) Migrate(r Reader, shards int) (map[string][]byte, error) {
 		return nil, fmt.Errorf("read %s: %w", l.LayoutFile(), err)
 	}
 	switch {
-	case shards == 0 && current != nil:
+	case to.Shards == 0 && current != nil:
 		files[l.LayoutFile()] = nil
-	case shards > 0 && !bytes.Equal(current, LayoutContent(shards)):
-		files[l.LayoutFile()] = LayoutContent(shards)
+	case to.Shards > 0 && !bytes.Equal(current, to.LayoutContent()):
+		files[l.LayoutFile()] = to.LayoutContent()
 	}
 	return files, nil
 }
@@ -162,6 +189,9 @@ func (l Layout) migrateTier(r Reader, to Layout, tier string, files map[string][
 	}
 	slices.Sort(shardDirs)
 	for _, dir := range shardDirs {
+		if to.ShardKustomizations {
+			break // each is applied by a Kustomization of its own
+		}
 		if out, _, err = kustomization.Add(out, path.Base(dir)); err != nil {
 			return formError(tierK, err)
 		}
@@ -194,6 +224,20 @@ func (l Layout) migrateTier(r Reader, to Layout, tier string, files map[string][
 		}
 	}
 	return nil
+}
+
+// ErrUnsupported is a migration this version does not do.
+var ErrUnsupported = errors.New("not supported")
+
+// describe says where l puts tenant files.
+func (l Layout) describe() string {
+	switch {
+	case l.Shards == 0:
+		return "the tiers' folders"
+	case l.ShardKustomizations:
+		return fmt.Sprintf("%d shard folders per tier, each with a Kustomization", l.Shards)
+	}
+	return fmt.Sprintf("%d shard folders per tier", l.Shards)
 }
 
 // shardKustomization is the kustomization of a shard folder listing

@@ -555,9 +555,11 @@ func (p *planner) editKustomization(tier, dir, entry string, edit func([]byte, s
 	name := path.Join(dir, kustomizationFile)
 	content, err := p.read(name)
 	if errors.Is(err, fs.ErrNotExist) && dir != p.TierDir(tier) {
-		content = []byte("apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nresources: []\n")
-		if err := p.editKustomization(tier, p.TierDir(tier), path.Base(dir), kustomization.Add); err != nil {
-			return err
+		content = shardKustomization(nil)
+		if !p.ShardKustomizations { // applied through its tier
+			if err := p.editKustomization(tier, p.TierDir(tier), path.Base(dir), kustomization.Add); err != nil {
+				return err
+			}
 		}
 	} else if err != nil {
 		return fmt.Errorf("read %s: %w", name, err)
@@ -582,7 +584,8 @@ func (p *planner) editKustomization(tier, dir, entry string, edit func([]byte, s
 	if left, err := kustomization.Resources(out); err != nil || len(left) > 0 {
 		return nil
 	}
-	if names, err := p.r.ReadDir(dir); err != nil || slices.ContainsFunc(names, func(n string) bool {
+	// With a Kustomization of its own, the folder stays for it to prune.
+	if names, err := p.r.ReadDir(dir); err != nil || p.ShardKustomizations || slices.ContainsFunc(names, func(n string) bool {
 		c, gone := p.files[path.Join(dir, n)]
 		return n != kustomizationFile && !(gone && c == nil)
 	}) {

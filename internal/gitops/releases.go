@@ -70,17 +70,38 @@ func (l Layout) Touches(files map[string][]byte) bool {
 
 // AppliedDirs lists the folders Flux applies (tenants, pooled-envs) that
 // the changed paths touch, in that order.
+// With ShardKustomizations, each shard folder is a folder of its own
+// (after the tenants folder, in the order of changed).
 func (l Layout) AppliedDirs(changed []string) []string {
 	var out []string
 	for _, dir := range []string{l.TenantsDir(), l.PooledEnvsDir()} {
 		for _, p := range changed {
-			if strings.HasPrefix(p, dir+"/") {
+			if strings.HasPrefix(p, dir+"/") && l.shardOf(p) == "" {
 				out = append(out, dir)
 				break
 			}
 		}
 	}
+	for _, p := range changed {
+		if dir := l.shardOf(p); dir != "" && !slices.Contains(out, dir) {
+			out = append(out, dir)
+		}
+	}
 	return out
+}
+
+// shardOf is the shard folder holding p when shard folders are applied by
+// Kustomizations of their own, else "".
+func (l Layout) shardOf(p string) string {
+	rest, ok := strings.CutPrefix(p, l.TenantsDir()+"/")
+	if !l.ShardKustomizations || !ok {
+		return ""
+	}
+	parts := strings.SplitN(rest, "/", 3)
+	if len(parts) < 3 || !isShard(parts[1]) {
+		return ""
+	}
+	return path.Join(l.TenantsDir(), parts[0], parts[1])
 }
 
 // appliedByFlux reports whether p is a manifest of a folder Flux applies.

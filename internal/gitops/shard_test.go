@@ -227,3 +227,44 @@ func keys(m map[string][]byte) []string {
 	}
 	return out
 }
+
+// TestShardKustomizationsLayout: when each shard folder has a Kustomization
+// of its own, the tier never lists a shard folder, a shard's last tenant
+// leaves its folder listing nothing (for its Kustomization to prune), the
+// tenants are still found, and no migration moves a tenant between
+// Kustomizations.
+func TestShardKustomizationsLayout(t *testing.T) {
+	m := seed(t)
+	l := Layout{Root: templates.Root, Shards: 2, ShardKustomizations: true}
+	m[l.LayoutFile()] = &fstest.MapFile{Data: l.LayoutContent()}
+	if got, err := layout.Of(FS{m}); err != nil || got != l {
+		t.Fatalf("layout read back: %+v, %v", got, err)
+	}
+	ids := onboardN(t, m, "premium", 6)
+	tierK := at(m, l.TierKustomization("premium"))
+	if strings.Contains(tierK, "shard-") {
+		t.Fatalf("the tier lists a shard folder:\n%s", tierK)
+	}
+	listed, err := l.Listed(FS{m}, "premium")
+	if err != nil || len(listed) != len(ids) {
+		t.Fatalf("listed %v (%v), want the %d tenants", listed, err, len(ids))
+	}
+	if c, err := plan(t, m, message.Onboarding, `{"tenant_id":"premium-3","tenant_tier":"basic","release_version":"1.0"}`); !isReason(err, reject.TierConflict) {
+		t.Errorf("onboarding of a tenant of a shard to another tier: %v, %v", keys(c.Files), err)
+	}
+	for _, id := range ids {
+		if l.Shard(id) == l.Shard(ids[0]) {
+			mustPlan(t, m, message.Offboarding, `{"tenant_id":"`+id+`","tenant_tier":"premium"}`)
+		}
+	}
+	k := l.TenantDir("premium", ids[0]) + "/kustomization.yaml"
+	if got := at(m, k); !strings.Contains(got, "resources: []") {
+		t.Errorf("the emptied shard's kustomization is %q, want it listing nothing", got)
+	}
+	built(t, m) // the tenants folder still builds
+	for _, to := range []Layout{{Shards: 4, ShardKustomizations: true}, {Shards: 2}, {}} {
+		if _, err := layout.MigrateTo(FS{m}, to); !errors.Is(err, ErrUnsupported) {
+			t.Errorf("migrating to %s: %v, want it refused", to.describe(), err)
+		}
+	}
+}

@@ -123,8 +123,12 @@ func NewChecker(layout gitops.Layout) *Checker {
 // carried out by the same change ask (an onboarding held for the
 // offboarding that completes a move of the tenant to another tier).
 func (c *Checker) Check(before, after Source, req message.Request, changed []string, also ...message.Request) error {
+	l, err := c.layout.Of(after)
+	if err != nil {
+		return err
+	}
 	var all Error
-	for _, dir := range c.layout.AppliedDirs(changed) {
+	for _, dir := range l.AppliedDirs(changed) {
 		deltas, built, err := c.diff(before, after, dir, changed)
 		if errors.Is(err, errNotBuilt) {
 			continue
@@ -161,8 +165,12 @@ func (c *Checker) Check(before, after Source, req message.Request, changed []str
 // returns an *Error naming each object that differs, and errNotBuilt's
 // error when what Flux applies now cannot be built to compare with.
 func (c *Checker) Moved(before, after Source, changed []string) error {
+	l, err := c.layout.Of(after)
+	if err != nil {
+		return err
+	}
 	var all Error
-	for _, dir := range c.layout.AppliedDirs(changed) {
+	for _, dir := range l.AppliedDirs(changed) {
 		deltas, _, err := c.diff(before, after, dir, changed)
 		if err != nil {
 			return fmt.Errorf("compare what %s builds: %w", dir, err)

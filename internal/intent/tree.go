@@ -30,11 +30,18 @@ type tree struct {
 	files  *fileMap            // path -> content id
 	lists  map[string][]string // folder of a kustomization -> its entries
 	simple bool                // false: kustomize must build it to tell
+	// missing: the folder does not exist on this side (it builds nothing).
+	missing bool
 }
 
 // resolve follows the kustomizations of dir in src.
 func (c *Checker) resolve(src Source, dir string) (*tree, error) {
 	hash, err := src.DirHash(dir)
+	if errors.Is(err, fs.ErrNotExist) {
+		// A folder applied on its own (a shard folder with a Kustomization
+		// of its own) that the other side does not have builds nothing.
+		return &tree{files: newFileMap(), lists: map[string][]string{}, simple: true, missing: true}, nil
+	}
 	if err != nil {
 		return nil, fmt.Errorf("read %s: %w", dir, err)
 	}
@@ -130,8 +137,8 @@ type fileIDs interface {
 // does not follow (then resolve decides).
 func (c *Checker) derive(tb *tree, after Source, dir string, changed []string) (*tree, []string, bool) {
 	ids, ok := after.(fileIDs)
-	if !ok {
-		return nil, nil, false
+	if !ok || tb.missing {
+		return nil, nil, false // a folder new in after is walked whole
 	}
 	ta := &tree{files: tb.files.clone(), lists: maps.Clone(tb.lists), simple: true}
 	var cands []string

@@ -20,6 +20,19 @@ import (
 // tenants in one), a tier deployment and offboardings that empty a shard
 // are validated, judged by the intent check as what they name, and pushed.
 func TestShardedLayoutPassesEveryCheck(t *testing.T) {
+	testShardedLayout(t, gitops.Layout{Root: templates.Root, Shards: 3})
+}
+
+// TestShardKustomizationsPassEveryCheck: the same when each shard folder
+// is applied by a Kustomization of its own: each folder is validated and
+// judged by the intent check as its own Kustomization builds it (the
+// tenants folder no longer builds the shards), and an emptied shard stays,
+// listing nothing.
+func TestShardKustomizationsPassEveryCheck(t *testing.T) {
+	testShardedLayout(t, gitops.Layout{Root: templates.Root, Shards: 3, ShardKustomizations: true})
+}
+
+func testShardedLayout(t *testing.T, l gitops.Layout) {
 	srv, err := gitserver.Start(t.TempDir(), "127.0.0.1:0", "tok")
 	if err != nil {
 		t.Fatal(err)
@@ -29,8 +42,7 @@ func TestShardedLayoutPassesEveryCheck(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	l := gitops.Layout{Root: templates.Root, Shards: 3}
-	m[l.LayoutFile()] = &fstest.MapFile{Data: gitops.LayoutContent(3)}
+	m[l.LayoutFile()] = &fstest.MapFile{Data: l.LayoutContent()}
 	url, err := srv.CreateRepo("gitops.git", "main", m)
 	if err != nil {
 		t.Fatal(err)
@@ -92,7 +104,15 @@ func TestShardedLayoutPassesEveryCheck(t *testing.T) {
 	if k := show(l.TierKustomization("premium")); strings.Contains(k, shard) {
 		t.Errorf("the tier still lists %s:\n%s", shard, k)
 	}
-	if out, _ := srv.Output("gitops.git", "ls-tree", "-r", "--name-only", "main", l.TierDir("premium")+"/"+shard); out != "" {
+	out, _ := srv.Output("gitops.git", "ls-tree", "-r", "--name-only", "main", l.TierDir("premium")+"/"+shard)
+	if l.ShardKustomizations {
+		if k := show(l.TierDir("premium") + "/" + shard + "/kustomization.yaml"); !strings.Contains(k, "resources: []") {
+			t.Errorf("%s, applied by a Kustomization of its own, does not list nothing: %q", shard, k)
+		}
+		if k := show(l.TierKustomization("premium")); strings.Contains(k, "shard-") {
+			t.Errorf("the tier lists shard folders:\n%s", k)
+		}
+	} else if out != "" {
 		t.Errorf("%s still holds %s", shard, out)
 	}
 }

@@ -66,9 +66,15 @@ func (c *Checker) Check(src Source, changed []string) error {
 
 // CheckDirs builds the kustomizations (tenants/, pooled-envs/) that changed
 // touches (paths relative to the repository root).
+// With shard folders applied by Kustomizations of their own, each is built
+// on its own, as its Kustomization builds it.
 func (c *Checker) CheckDirs(src Source, changed []string) error {
+	l, err := c.layout.Of(src)
+	if err != nil {
+		return err
+	}
 	var errs []error
-	for _, dir := range c.layout.AppliedDirs(changed) {
+	for _, dir := range l.AppliedDirs(changed) {
 		errs = append(errs, c.build(src, dir, changed))
 	}
 	return errors.Join(errs...)
