@@ -14,6 +14,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
+	"github.com/tenant-worker/tenant-worker/internal/config"
 	"github.com/tenant-worker/tenant-worker/internal/flux"
 	"github.com/tenant-worker/tenant-worker/internal/gitops"
 	"github.com/tenant-worker/tenant-worker/internal/gitrepo"
@@ -55,7 +56,7 @@ func TestShardArtifactsOnARealControlPlane(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	m[(gitops.Layout{Root: templates.Root}).LayoutFile()] = &fstest.MapFile{Data: gitops.LayoutContent(2)}
+	m[(gitops.Layout{Root: templates.Root}).LayoutFile()] = &fstest.MapFile{Data: gitops.Layout{Shards: 2, ShardKustomizations: true}.LayoutContent()}
 	url, err := srv.CreateRepo("gitops.git", "main", m)
 	if err != nil {
 		t.Fatal(err)
@@ -158,7 +159,7 @@ spec:
 	}
 
 	// One more tenant: its folder alone changes and is applied.
-	l := gitops.Layout{Root: templates.Root, Shards: 2}
+	l := gitops.Layout{Root: templates.Root, Shards: 2, ShardKustomizations: true}
 	changed := apply(message.Onboarding, `{"tenant_id":"art-new","tenant_tier":"premium","release_version":"0.0"}`)
 	var moved, still string
 	for _, f := range publishHead() {
@@ -185,3 +186,90 @@ spec:
 }
 
 type applied struct{ commit string }
+
+// TestWorkerPublishesShardArtifacts: a worker with ARTIFACT_URL, on a
+// branch whose shard folders have Kustomizations of their own, publishes
+// the folder an onboarding wrote and makes its Kustomization from the
+// platform's tenants Kustomization (its prune and substitutions); Flux
+// applies the tenant from the worker's archive, and prunes it after the
+// offboarding.
+func TestWorkerPublishesShardArtifacts(t *testing.T) {
+	ctx := context.Background()
+	h := newHarness(t, false)
+	l := gitops.Layout{Root: templates.Root, Shards: 4, ShardKustomizations: true}
+	if err := h.httpBackend().WriteFile(repoName, "main", l.LayoutFile(), string(l.LayoutContent()), "shard folders with Kustomizations of their own"); err != nil {
+		t.Fatal(err)
+	}
+	cp, err := controlplane.Start(ctx, t.TempDir(), controlplane.Options{Flux: true,
+		KustomizeFlags: []string{"--feature-gates=ExternalArtifact=true"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(cp.Close)
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Log(cp.Logs("kustomize-controller", 30))
+		}
+	})
+	if _, err := cp.InstallPlatform(ctx, t.TempDir(), controlplane.PlatformOptions{
+		RepoURL: h.git.RepoURL(repoName), Username: "git", Password: h.token}); err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	h.tune = func(o *config.Options) {
+		o.Kubeconfig, o.Readiness = cp.Kubeconfig, "off"
+		o.ArtifactAddr, o.ArtifactURL = addr, "http://"+addr
+	}
+	h.start()
+
+	name := publish.Name("premium", l.Shard("pub-1"))
+	kustomization := func() *unstructured.Unstructured {
+		k, err := cp.Dynamic.Resource(flux.Kustomizations).Namespace(controlplane.Namespace).Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return nil
+		}
+		return k
+	}
+	release := func() error {
+		_, err := cp.Dynamic.Resource(flux.HelmReleases).Namespace(controlplane.Namespace).Get(ctx, "pub-1-premium", metav1.GetOptions{})
+		return err
+	}
+	head := func() string { out, _ := h.httpBackend().Output(repoName, "rev-parse", "main"); return strings.TrimSpace(out) }
+	applied := func() string {
+		k := kustomization()
+		if k == nil {
+			return ""
+		}
+		v, _, _ := unstructured.NestedString(k.Object, "status", "lastAppliedOriginRevision")
+		return v
+	}
+
+	start := head()
+	h.send(h.q.onboarding, `{"tenant_id":"pub-1","tenant_tier":"premium","release_version":"0.0"}`)
+	h.waitFor("the onboarding pushed", time.Minute, func() bool { return head() != start })
+	onboarded := head()
+	h.waitFor(name+" applied at the onboarding's commit", 3*time.Minute, func() bool { return applied() == "main@sha1:"+onboarded })
+	if err := release(); err != nil {
+		t.Fatalf("pub-1's HelmRelease after its folder was applied: %v", err)
+	}
+	k := kustomization()
+	prune, _, _ := unstructured.NestedBool(k.Object, "spec", "prune")
+	subst, _, _ := unstructured.NestedSlice(k.Object, "spec", "postBuild", "substituteFrom")
+	if kind, _, _ := unstructured.NestedString(k.Object, "spec", "sourceRef", "kind"); kind != "ExternalArtifact" || !prune || len(subst) == 0 {
+		t.Errorf("%s: source %s, prune %v, substitutions %v: want the ExternalArtifact and the tenants Kustomization's settings", name, kind, prune, subst)
+	}
+	if tier, _ := h.httpBackend().Output(repoName, "show", "main:"+l.TierKustomization("premium")); strings.Contains(tier, "shard-") {
+		t.Errorf("the tier lists a shard folder, so dataplane-tenants applies it too:\n%s", tier)
+	}
+
+	h.send(h.q.offboarding, `{"tenant_id":"pub-1","tenant_tier":"premium"}`)
+	h.waitFor("the offboarding pushed", time.Minute, func() bool { return head() != onboarded })
+	offboarded := head()
+	h.waitFor(name+" applied at the offboarding's commit", 3*time.Minute, func() bool { return applied() == "main@sha1:"+offboarded })
+	h.waitFor("pub-1's HelmRelease pruned", time.Minute, func() bool { return apierrors.IsNotFound(release()) })
+}

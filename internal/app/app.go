@@ -195,15 +195,28 @@ func Run(ctx context.Context, c Config) error {
 	if cluster == nil {
 		log.Info().Str("readiness", o.Readiness).Msg("no cluster access (READINESS off, or no KUBECONFIG and not in a pod): no readiness events")
 	}
+	artifactPub, err := artifacts(o)
+	if err != nil {
+		return fmt.Errorf("ARTIFACT_URL: %w", err)
+	}
+	var observer pipeline.Observer = metrics.PipelineObserver{M: m, OnStep: func(jobs []pipeline.Job, step pipeline.Step) {
+		ids := make([]string, len(jobs))
+		for i, j := range jobs {
+			ids[i] = j.MessageID
+		}
+		rec.Update(ids, func(r *runs.Run) { r.Step = string(step) })
+	}}
+	pushed := make(chan struct{}, 1)
+	var artifactLn net.Listener
+	if artifactPub != nil {
+		observer = pushSignal{observer, pushed}
+		if artifactLn, err = net.Listen("tcp", o.ArtifactAddr); err != nil {
+			return fmt.Errorf("ARTIFACT_ADDR: %w", err)
+		}
+	}
 	p := pipeline.New(repo, pipeline.Options{
 		Layout: gitops.Layout{Root: o.GitopsRoot}, MaxAttempts: o.PushAttempts, Retention: retention, Releases: cluster != nil,
-		Observer: metrics.PipelineObserver{M: m, OnStep: func(jobs []pipeline.Job, step pipeline.Step) {
-			ids := make([]string, len(jobs))
-			for i, j := range jobs {
-				ids[i] = j.MessageID
-			}
-			rec.Update(ids, func(r *runs.Run) { r.Step = string(step) })
-		}},
+		Observer: observer,
 	})
 
 	var pub worker.Publisher
@@ -262,6 +275,9 @@ func Run(ctx context.Context, c Config) error {
 		wg.Go(func() { watchServed(ctx, cluster, p, gitops.Layout{Root: o.GitopsRoot}, m, rec, &unserved) })
 		log.Info().Str("namespace", o.FluxNamespace).Str("git_repository", o.FluxGitRepository).Strs("kustomizations", o.Kustomizations()).
 			Bool("reconcile_requests", o.FluxReconcile).Dur("timeout", o.ReadyTimeout).Msg("following each pushed change into the cluster")
+	}
+	if artifactPub != nil {
+		wg.Go(func() { servePublisher(ctx, o, artifactLn, artifactPub, p, pushed) })
 	}
 	for _, c := range consumers {
 		wg.Go(func() { c.Run(ctx) })

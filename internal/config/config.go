@@ -79,6 +79,11 @@ type Options struct {
 	// replica records the messages whose readiness outcome was published,
 	// so that a restart publishes none twice; empty for none.
 	ReadinessRecord string
+	// ArtifactURL, when set, makes the worker publish one ExternalArtifact
+	// per shard folder (in a layout whose shard folders have Kustomizations
+	// of their own): the URL kustomize-controller reaches ArtifactAddr at.
+	ArtifactURL  string
+	ArtifactAddr string
 
 	HTTPAddr  string
 	LogLevel  string
@@ -118,6 +123,7 @@ func Default() Options {
 		FluxKustomizations: "dataplane-tenants,dataplane-pooled-envs",
 		FluxReconcile:      true,
 		ReadinessRecord:    "tenant-worker-readiness",
+		ArtifactAddr:       ":8081",
 		HTTPAddr:           ":8080",
 		LogLevel:           "info",
 		LogFormat:          "json",
@@ -207,6 +213,8 @@ func (o *Options) BindGroups(fs *flag.FlagSet, getenv func(string) string, group
 		str(&o.FluxKustomizations, "flux-kustomizations", "FLUX_KUSTOMIZATIONS", "the Flux Kustomizations that apply the tenants and pooled-envs folders, comma-separated")
 		boolean(&o.FluxReconcile, "flux-reconcile", "FLUX_RECONCILE", "ask Flux to reconcile right after each push instead of at its interval")
 		str(&o.ReadinessRecord, "readiness-record", "READINESS_RECORD", "ConfigMap in FLUX_NAMESPACE recording the readiness events published, so that a restart publishes none twice; empty for none")
+		str(&o.ArtifactURL, "artifact-url", "ARTIFACT_URL", "URL at which Flux's kustomize-controller reaches ARTIFACT_ADDR; set, the worker publishes one ExternalArtifact per shard folder when the layout gives shard folders Kustomizations of their own; empty for none")
+		str(&o.ArtifactAddr, "artifact-addr", "ARTIFACT_ADDR", "address serving the shard folders' archives when ARTIFACT_URL is set")
 		str(&o.HTTPAddr, "http-addr", "HTTP_ADDR", "address serving the status page, /api/runs, /metrics, /healthz and /readyz")
 		str(&o.LogLevel, "log-level", "LOG_LEVEL", "debug, info, warn or error")
 		str(&o.LogFormat, "log-format", "LOG_FORMAT", "json or console")
@@ -336,6 +344,14 @@ func (o *Options) ValidateGroups(groups Group) error {
 	}
 	if o.ReadinessRecord != "" && !objectName.MatchString(o.ReadinessRecord) {
 		errs = append(errs, fmt.Errorf("READINESS_RECORD must be a ConfigMap name (lower-case letters, digits, '-' and '.'), not %q", o.ReadinessRecord))
+	}
+	if o.ArtifactURL != "" {
+		if u, err := url.Parse(o.ArtifactURL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			errs = append(errs, fmt.Errorf("ARTIFACT_URL must be an http or https URL, not %q", o.ArtifactURL))
+		}
+		if o.ArtifactAddr == "" {
+			errs = append(errs, errors.New("ARTIFACT_URL needs ARTIFACT_ADDR"))
+		}
 	}
 	switch o.LogFormat {
 	case "json", "console":

@@ -54,6 +54,10 @@ type Options struct {
 	Client dynamic.Interface
 	// Branch names the branch in the origin revision ("main@sha1:<commit>").
 	Branch string
+	// Template names the Kustomization (the one applying the tenants
+	// folder) whose settings each shard's Kustomization takes: interval,
+	// prune, timeout, post-build substitutions, service account.
+	Template string
 }
 
 // Publisher serves the archives and writes the objects. It is safe for
@@ -69,11 +73,13 @@ type Publisher struct {
 	byName map[string][]string
 	// trees is the tree id each folder was last published from.
 	trees map[string]string
+	// applied are the Kustomizations seen to exist.
+	applied map[string]bool
 }
 
 // New returns a Publisher.
 func New(o Options) *Publisher {
-	return &Publisher{o: o, served: map[string][]byte{}, byName: map[string][]string{}, trees: map[string]string{}}
+	return &Publisher{o: o, served: map[string][]byte{}, byName: map[string][]string{}, trees: map[string]string{}, applied: map[string]bool{}}
 }
 
 // Name is the ExternalArtifact of a tier's shard folder.
@@ -106,13 +112,14 @@ type Folder struct {
 }
 
 // Publish brings the ExternalArtifact of every shard folder in snap (at
-// commit) to that folder: a folder whose tree is the one last published
-// costs nothing, a new archive is served before the object points at it.
-// Objects of folders gone from the branch are left alone (their
-// Kustomization, gone too, no longer reads them).
+// commit) to that folder, when the layout gives shard folders
+// Kustomizations of their own (else it does nothing): a folder whose tree
+// is the one last published costs nothing, a new archive is served before
+// the object points at it, and the folder's Kustomization is made if it is
+// missing. Shard folders are never removed in that layout.
 func (p *Publisher) Publish(ctx context.Context, snap Source, commit string) ([]Folder, error) {
 	l, err := p.o.Layout.Of(snap)
-	if err != nil {
+	if err != nil || !l.ShardKustomizations {
 		return nil, err
 	}
 	tiers, err := l.Tiers(snap)
@@ -163,6 +170,9 @@ func (p *Publisher) publish(ctx context.Context, snap Source, commit, tier, shar
 	f.Changed, err = p.point(ctx, f.Name, file, a, commit)
 	if err != nil {
 		return f, fmt.Errorf("publish %s: %w", f.Name, err)
+	}
+	if err := p.kustomization(ctx, f.Name); err != nil {
+		return f, fmt.Errorf("Kustomization of %s: %w", f.Name, err)
 	}
 	p.mu.Lock()
 	p.trees[dir] = tree
@@ -262,3 +272,52 @@ func (p *Publisher) point(ctx context.Context, name, file string, a artifact.Art
 	}
 	return true, nil
 }
+
+// kustomization makes the Kustomization applying the ExternalArtifact
+// name, if it is missing, with the settings of the template Kustomization.
+// One that exists is left as it is: an operator may tune it.
+func (p *Publisher) kustomization(ctx context.Context, name string) error {
+	if p.o.Template == "" {
+		return nil
+	}
+	p.mu.Lock()
+	seen := p.applied[name]
+	p.mu.Unlock()
+	if seen {
+		return nil
+	}
+	res := p.o.Client.Resource(Kustomizations).Namespace(p.o.Namespace)
+	_, err := res.Get(ctx, name, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		var tmpl *unstructured.Unstructured
+		if tmpl, err = res.Get(ctx, p.o.Template, metav1.GetOptions{}); err != nil {
+			return fmt.Errorf("read the template Kustomization %s: %w", p.o.Template, err)
+		}
+		spec, _, _ := unstructured.NestedMap(tmpl.Object, "spec")
+		if spec == nil {
+			spec = map[string]any{}
+		}
+		spec["path"] = "./"
+		spec["sourceRef"] = map[string]any{"kind": "ExternalArtifact", "name": name}
+		delete(spec, "suspend")
+		_, err = res.Create(ctx, &unstructured.Unstructured{Object: map[string]any{
+			"apiVersion": "kustomize.toolkit.fluxcd.io/v1", "kind": "Kustomization",
+			"metadata": map[string]any{"name": name, "namespace": p.o.Namespace,
+				"labels": map[string]any{"app.kubernetes.io/managed-by": "tenant-worker"}},
+			"spec": spec,
+		}}, metav1.CreateOptions{})
+		if apierrors.IsAlreadyExists(err) {
+			err = nil // another replica made it
+		}
+	}
+	if err != nil {
+		return err
+	}
+	p.mu.Lock()
+	p.applied[name] = true
+	p.mu.Unlock()
+	return nil
+}
+
+// Kustomizations is the resource of the shard folders' Kustomizations.
+var Kustomizations = schema.GroupVersionResource{Group: "kustomize.toolkit.fluxcd.io", Version: "v1", Resource: "kustomizations"}

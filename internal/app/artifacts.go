@@ -1,0 +1,110 @@
+package app
+
+import (
+	"context"
+	"errors"
+	"net"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/rs/zerolog"
+	"k8s.io/client-go/dynamic"
+
+	wconfig "github.com/tenant-worker/tenant-worker/internal/config"
+	"github.com/tenant-worker/tenant-worker/internal/flux"
+	"github.com/tenant-worker/tenant-worker/internal/gitops"
+	"github.com/tenant-worker/tenant-worker/internal/gitrepo"
+	"github.com/tenant-worker/tenant-worker/internal/pipeline"
+	"github.com/tenant-worker/tenant-worker/internal/publish"
+)
+
+// publishEvery is how often the branch is published again without a push
+// of this worker (another replica's push, a commit of someone else, an
+// object deleted in the cluster is not seen by any other means).
+const publishEvery = 30 * time.Second
+
+// artifacts makes the publisher of ARTIFACT_URL, or nil without it.
+func artifacts(o wconfig.Options) (*publish.Publisher, error) {
+	if o.ArtifactURL == "" {
+		return nil, nil
+	}
+	cfg, err := flux.LoadConfig(o.Kubeconfig)
+	if err != nil {
+		return nil, err
+	}
+	if cfg == nil {
+		return nil, errors.New("ARTIFACT_URL needs cluster access: KUBECONFIG, or run in a pod")
+	}
+	dyn, err := dynamic.NewForConfig(cfg)
+	if err != nil {
+		return nil, err
+	}
+	var template string
+	if ks := o.Kustomizations(); len(ks) > 0 {
+		template = ks[0]
+	}
+	return publish.New(publish.Options{Layout: gitops.Layout{Root: o.GitopsRoot}, Namespace: o.FluxNamespace,
+		URL: o.ArtifactURL, Client: dyn, Branch: o.GitBranch, Template: template}), nil
+}
+
+// servePublisher serves the archives on ARTIFACT_ADDR and publishes the
+// branch after every push (pushed is signalled) and every publishEvery,
+// until ctx ends.
+func servePublisher(ctx context.Context, o wconfig.Options, ln net.Listener, pub *publish.Publisher, p *pipeline.Pipeline, pushed <-chan struct{}) {
+	log := zerolog.Ctx(ctx)
+	srv := &http.Server{Handler: pub, ReadHeaderTimeout: 10 * time.Second}
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			log.Error().Err(err).Msg("artifact server stopped")
+		}
+	})
+	log.Info().Str("addr", ln.Addr().String()).Str("url", o.ArtifactURL).Msg("serving the shard folders' archives")
+	tick := time.NewTicker(publishEvery)
+	defer tick.Stop()
+	for {
+		err := p.Read(ctx, func(r gitops.Reader) error {
+			snap, ok := r.(*gitrepo.Snapshot)
+			if !ok {
+				return errors.New("the branch is not a git snapshot")
+			}
+			folders, err := pub.Publish(ctx, snap, snap.Commit.String())
+			for _, f := range folders {
+				if f.Changed {
+					log.Info().Str("external_artifact", f.Name).Str("revision", f.Revision).Str("commit", snap.Commit.String()).Msg("shard folder published")
+				}
+			}
+			return err
+		})
+		if err != nil && ctx.Err() == nil {
+			log.Warn().Err(err).Msg("could not publish the shard folders; trying again")
+		}
+		select {
+		case <-ctx.Done():
+			shut, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+			srv.Shutdown(shut)
+			cancel()
+			wg.Wait()
+			return
+		case <-pushed:
+		case <-tick.C:
+		}
+	}
+}
+
+// pushSignal tells the publisher about every push the pipeline makes.
+type pushSignal struct {
+	pipeline.Observer
+	ch chan struct{}
+}
+
+func (s pushSignal) Pushed(r pipeline.PushResult) {
+	s.Observer.Pushed(r)
+	if r == pipeline.PushSuccess {
+		select {
+		case s.ch <- struct{}{}:
+		default: // one is pending already
+		}
+	}
+}
