@@ -239,7 +239,10 @@ func TestWorkerPublishesShardArtifacts(t *testing.T) {
 		_, err := cp.Dynamic.Resource(flux.HelmReleases).Namespace(controlplane.Namespace).Get(ctx, "pub-1-premium", metav1.GetOptions{})
 		return err
 	}
-	head := func() string { out, _ := h.httpBackend().Output(repoName, "rev-parse", "main"); return strings.TrimSpace(out) }
+	head := func() string {
+		out, _ := h.httpBackend().Output(repoName, "rev-parse", "main")
+		return strings.TrimSpace(out)
+	}
 	applied := func() string {
 		k := kustomization()
 		if k == nil {
