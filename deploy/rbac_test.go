@@ -69,3 +69,49 @@ func TestChartRBAC(t *testing.T) {
 		t.Errorf("READINESS = %q without readiness", off.configMap.Data["READINESS"])
 	}
 }
+
+// TestChartArtifactsRBAC: with artifacts on (readiness off, to see its
+// rules alone) the chart grants exactly get and create on ExternalArtifacts
+// and Kustomizations in the Flux namespace and update on ExternalArtifacts'
+// status, bound to the worker's ServiceAccount, whose token is then mounted;
+// the worker is told the Service's URL and the port is served. The worker
+// publishes with exactly these rules nowhere yet on a control plane: the
+// publishing test there runs as the admin (TestWorkerPublishesShardArtifacts).
+func TestChartArtifactsRBAC(t *testing.T) {
+	r := render(t, loadChart(t), map[string]any{
+		"readiness": map[string]any{"enabled": false, "fluxNamespace": "flux"},
+		"artifacts": map[string]any{"enabled": true, "port": 9090},
+	})
+	want := []rbacv1.PolicyRule{
+		{APIGroups: []string{"source.toolkit.fluxcd.io"}, Resources: []string{"externalartifacts"}, Verbs: []string{"get", "create"}},
+		{APIGroups: []string{"source.toolkit.fluxcd.io"}, Resources: []string{"externalartifacts/status"}, Verbs: []string{"update"}},
+		{APIGroups: []string{"kustomize.toolkit.fluxcd.io"}, Resources: []string{"kustomizations"}, Verbs: []string{"get", "create"}},
+	}
+	if r.role == nil || r.role.Namespace != "flux" || !reflect.DeepEqual(r.role.Rules, want) {
+		t.Fatalf("artifacts Role:\n%+v\nwant\n%+v", r.role, want)
+	}
+	sa := rbacv1.Subject{Kind: "ServiceAccount", Name: r.serviceAccount.Name, Namespace: "tenant-worker"}
+	if b := r.roleBinding; b == nil || b.RoleRef.Name != r.role.Name || !reflect.DeepEqual(b.Subjects, []rbacv1.Subject{sa}) {
+		t.Errorf("artifacts RoleBinding %+v", b)
+	}
+	if r.clusterRole != nil {
+		t.Errorf("artifacts alone grant cluster rules: %+v", r.clusterRole.Rules)
+	}
+	if m := r.deployment.Spec.Template.Spec.AutomountServiceAccountToken; m == nil || !*m {
+		t.Error("the pod mounts no token: the worker cannot publish")
+	}
+	if got := r.configMap.Data["ARTIFACT_URL"]; got != "http://tenant-worker.tenant-worker.svc:9090" || r.configMap.Data["ARTIFACT_ADDR"] != ":9090" {
+		t.Errorf("ARTIFACT_URL %q, ARTIFACT_ADDR %q", got, r.configMap.Data["ARTIFACT_ADDR"])
+	}
+	served := false
+	for _, p := range r.service.Spec.Ports {
+		served = served || p.Name == "artifacts" && p.Port == 9090
+	}
+	if !served {
+		t.Errorf("the Service does not serve the artifacts port: %+v", r.service.Spec.Ports)
+	}
+	off := render(t, loadChart(t), nil)
+	if off.configMap.Data["ARTIFACT_URL"] != "" || len(off.service.Spec.Ports) != 1 {
+		t.Errorf("by default: ARTIFACT_URL %q, ports %+v", off.configMap.Data["ARTIFACT_URL"], off.service.Spec.Ports)
+	}
+}

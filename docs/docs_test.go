@@ -117,6 +117,7 @@ var flagLike = regexp.MustCompile(`^--?[a-z][a-z0-9-]*(=.*)?$`)
 // programs, not to tenant-worker, make run or the benchmark.
 var foreignFlags = map[string]string{
 	"min-retry-delay": "Flux's controllers",
+	"feature-gates":   "Flux's kustomize-controller",
 }
 
 // placeholder is a word that stands for arguments in the docs.

@@ -221,8 +221,12 @@ func TestWorkerPublishesShardArtifacts(t *testing.T) {
 	}
 	addr := ln.Addr().String()
 	ln.Close()
+	// The worker runs as the chart's ServiceAccount with the artifacts
+	// rules alone (readiness off): what they do not grant fails this test.
+	kubeconfig := (&cluster{ControlPlane: cp}).chartIdentity(t, map[string]any{
+		"readiness": map[string]any{"enabled": false}, "artifacts": map[string]any{"enabled": true}})
 	h.tune = func(o *config.Options) {
-		o.Kubeconfig, o.Readiness = cp.Kubeconfig, "off"
+		o.Kubeconfig, o.Readiness = kubeconfig, "off"
 		o.ArtifactAddr, o.ArtifactURL = addr, "http://"+addr
 	}
 	h.start()

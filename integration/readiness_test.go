@@ -2,6 +2,7 @@ package integration
 
 import (
 	"context"
+	"maps"
 	"encoding/json"
 	"fmt"
 	"path/filepath"
@@ -65,7 +66,7 @@ func startCluster(t *testing.T, h *harness) *cluster {
 // worker's Helm chart renders (release tenant-worker in namespace
 // tenant-worker, default values) and returns a kubeconfig with a token of
 // that ServiceAccount.
-func (c *cluster) chartIdentity(t *testing.T) string {
+func (c *cluster) chartIdentity(t *testing.T, values ...map[string]any) string {
 	t.Helper()
 	ctx := context.Background()
 	ch, err := loader.Load(filepath.Join("..", "deploy", "helm", "tenant-worker"))
@@ -73,8 +74,12 @@ func (c *cluster) chartIdentity(t *testing.T) string {
 		t.Fatal(err)
 	}
 	const ns = "tenant-worker"
-	vals, err := chartutil.ToRenderValues(ch, map[string]any{"git": map[string]any{"repoUrl": "https://git.example.com/x.git"},
-		"queues": map[string]any{"onboarding": "a", "offboarding": "b", "deployment": "c"}},
+	given := map[string]any{"git": map[string]any{"repoUrl": "https://git.example.com/x.git"},
+		"queues": map[string]any{"onboarding": "a", "offboarding": "b", "deployment": "c"}}
+	for _, v := range values {
+		maps.Copy(given, v)
+	}
+	vals, err := chartutil.ToRenderValues(ch, given,
 		chartutil.ReleaseOptions{Name: "tenant-worker", Namespace: ns, Revision: 1, IsInstall: true}, chartutil.DefaultCapabilities)
 	if err != nil {
 		t.Fatal(err)
