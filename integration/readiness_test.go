@@ -2,9 +2,9 @@ package integration
 
 import (
 	"context"
-	"maps"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"path/filepath"
 	"strings"
 	"testing"
