@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -18,7 +19,9 @@ import (
 	"k8s.io/apimachinery/pkg/watch"
 
 	"github.com/tenant-worker/tenant-worker/internal/cli"
+	"github.com/tenant-worker/tenant-worker/internal/config"
 	"github.com/tenant-worker/tenant-worker/internal/flux"
+	"github.com/tenant-worker/tenant-worker/internal/gitops"
 	"github.com/tenant-worker/tenant-worker/internal/testenv/controlplane"
 	"github.com/tenant-worker/tenant-worker/internal/testenv/gitserver"
 	"github.com/tenant-worker/tenant-worker/templates"
@@ -206,4 +209,168 @@ func TestLayoutMigrationKeepsEveryTenant(t *testing.T) {
 	if ls, _ := srv.Output("gitops.git", "ls-tree", "-r", "--name-only", "main"); strings.Contains(ls, "shard-") {
 		t.Errorf("shard folders left after migrating back")
 	}
+}
+
+// TestHandoverToShardKustomizationsKeepsEveryTenant: 100 tenants in shard
+// folders, applied by the platform's dataplane-tenants Kustomization;
+// `tenant-worker layout migrate --shard-kustomizations`, with a worker
+// publishing (ARTIFACT_URL), hands them over to one Kustomization per shard
+// folder. Not one HelmRelease or Namespace is deleted or marked for
+// deletion at any moment, every HelmRelease keeps its uid, dataplane-tenants
+// ends resumed with no tenant left in its inventory, and an onboarding
+// after it is applied by its shard's Kustomization.
+func TestHandoverToShardKustomizationsKeepsEveryTenant(t *testing.T) {
+	const tenants = 100
+	ctx := context.Background()
+	h := newHarness(t, false)
+	srv := h.httpBackend()
+
+	// The branch: the tenants already in 4 shard folders per tier.
+	files, err := templates.Files()
+	if err != nil {
+		t.Fatal(err)
+	}
+	seed := fstest.MapFS{}
+	for p, b := range files {
+		seed[p] = &fstest.MapFile{Data: b}
+	}
+	k := templates.Root + "/tenants/premium/kustomization.yaml"
+	list := strings.TrimRight(string(files[k]), "\n") + "\n"
+	tmpl := string(files[templates.Root+"/tier-templates/premium_tenant_template.yaml"])
+	for i := range tenants {
+		id := fmt.Sprintf("mig-%d", i)
+		seed[templates.Root+"/tenants/premium/"+id+".yaml"] = &fstest.MapFile{
+			Data: []byte(strings.NewReplacer("{TENANT_ID}", id, "{RELEASE_VERSION}", "0.0").Replace(tmpl))}
+		list += "  - " + id + ".yaml\n"
+	}
+	seed[k] = &fstest.MapFile{Data: []byte(list)}
+	moved, err := gitops.Layout{Root: templates.Root}.Migrate(gitops.FS{FS: seed}, 4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for p, b := range moved {
+		if b == nil {
+			delete(seed, p)
+		} else {
+			seed[p] = &fstest.MapFile{Data: b}
+		}
+	}
+	if err := os.RemoveAll(srv.RepoPath(repoName)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := srv.CreateRepo(repoName, "main", seed); err != nil {
+		t.Fatal(err)
+	}
+
+	cp, err := controlplane.Start(ctx, t.TempDir(), controlplane.Options{ControllerManager: true, Flux: true,
+		KustomizeFlags: []string{"--feature-gates=ExternalArtifact=true"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(cp.Close)
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Log(cp.Logs("kustomize-controller", 30))
+		}
+	})
+	var releases, spaces deletions
+	releases.added, spaces.added = map[string]bool{}, map[string]bool{}
+	releases.watch(t, cp, flux.HelmReleases, controlplane.Namespace)
+	spaces.watch(t, cp, namespaces, "")
+	if _, err := cp.InstallPlatform(ctx, t.TempDir(), controlplane.PlatformOptions{RepoURL: h.git.RepoURL(repoName), Username: "git", Password: h.token}); err != nil {
+		t.Fatal(err)
+	}
+	fc, err := flux.New(cp.Config, flux.Options{Namespace: controlplane.Namespace, GitRepository: "flux-system"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(fc.Close)
+	head := func() string { out, _ := srv.Output(repoName, "rev-parse", "main"); return strings.TrimSpace(out) }
+	tenantsK := func() *unstructured.Unstructured {
+		k, _ := cp.Dynamic.Resource(flux.Kustomizations).Namespace(controlplane.Namespace).Get(ctx, "dataplane-tenants", metav1.GetOptions{})
+		return k
+	}
+	h.waitFor("dataplane-tenants applied the 100 tenants", 5*time.Minute, func() bool {
+		fc.RequestFetch(ctx, time.Now())
+		k := tenantsK()
+		rev, _, _ := unstructured.NestedString(k.Object, "status", "lastAppliedRevision")
+		return rev == "main@sha1:"+head()
+	})
+	before := map[string]string{}
+	list2, err := cp.Dynamic.Resource(flux.HelmReleases).Namespace(controlplane.Namespace).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, o := range list2.Items {
+		if strings.HasPrefix(o.GetName(), "mig-") {
+			before[o.GetName()] = string(o.GetUID())
+		}
+	}
+	if len(before) != tenants {
+		t.Fatalf("%d tenants' HelmReleases applied, want %d", len(before), tenants)
+	}
+
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	h.tune = func(o *config.Options) {
+		o.Kubeconfig, o.Readiness = cp.Kubeconfig, "off"
+		o.ArtifactAddr, o.ArtifactURL = addr, "http://"+addr
+	}
+	h.start()
+
+	tokenFile := filepath.Join(t.TempDir(), "token")
+	if err := os.WriteFile(tokenFile, []byte(h.token+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	env := map[string]string{"GIT_REPO_URL": h.git.RepoURL(repoName), "GIT_TOKEN_FILE": tokenFile, "KUBECONFIG": cp.Kubeconfig}
+	var out, errOut bytes.Buffer
+	if code := cli.Main([]string{"layout", "migrate", "--shard-kustomizations"}, &out, &errOut, func(k string) string { return env[k] }); code != 0 {
+		t.Fatalf("layout migrate --shard-kustomizations: exit %d\n%s%s\nworker log:\n%s", code, out.String(), errOut.String(), tail(h.logs.String(), 3000))
+	}
+	if !strings.Contains(out.String(), "handed over: 4 shard Kustomizations") {
+		t.Errorf("the handover says:\n%s", out.String())
+	}
+
+	after := map[string]string{}
+	list3, err := cp.Dynamic.Resource(flux.HelmReleases).Namespace(controlplane.Namespace).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, o := range list3.Items {
+		after[o.GetName()] = string(o.GetUID())
+	}
+	for name, uid := range before {
+		if after[name] != uid {
+			t.Errorf("HelmRelease %s has uid %q, not %q", name, after[name], uid)
+		}
+	}
+	for _, d := range []*deletions{&releases, &spaces} {
+		d.mu.Lock()
+		if len(d.deleted) > 0 {
+			t.Errorf("deleted or marked for deletion: %v", d.deleted)
+		}
+		d.mu.Unlock()
+	}
+	k2 := tenantsK()
+	if suspended, _, _ := unstructured.NestedBool(k2.Object, "spec", "suspend"); suspended {
+		t.Error("dataplane-tenants is left suspended")
+	}
+	entries, _, _ := unstructured.NestedSlice(k2.Object, "status", "inventory", "entries")
+	for _, e := range entries {
+		if m, ok := e.(map[string]any); ok && strings.Contains(fmt.Sprint(m["id"]), "mig-") {
+			t.Errorf("dataplane-tenants still holds %v", m["id"])
+			break
+		}
+	}
+
+	// After it: an onboarding is applied by its shard's Kustomization.
+	h.send(h.q.onboarding, `{"tenant_id":"mig-new","tenant_tier":"premium","release_version":"0.0"}`)
+	h.waitFor("mig-new's HelmRelease", 3*time.Minute, func() bool {
+		_, err := cp.Dynamic.Resource(flux.HelmReleases).Namespace(controlplane.Namespace).Get(ctx, "mig-new-premium", metav1.GetOptions{})
+		return err == nil
+	})
 }

@@ -63,7 +63,13 @@ func servePublisher(ctx context.Context, o wconfig.Options, ln net.Listener, pub
 	log.Info().Str("addr", ln.Addr().String()).Str("url", o.ArtifactURL).Msg("serving the shard folders' archives")
 	tick := time.NewTicker(publishEvery)
 	defer tick.Stop()
+	fetch := true // at start and on each tick: the branch may have moved without this worker
 	for {
+		if fetch {
+			if _, err := p.Sync(ctx); err != nil && ctx.Err() == nil {
+				log.Warn().Err(err).Msg("could not fetch the branch to publish it; publishing what this clone holds")
+			}
+		}
 		err := p.Read(ctx, func(r gitops.Reader) error {
 			snap, ok := r.(*gitrepo.Snapshot)
 			if !ok {
@@ -88,7 +94,9 @@ func servePublisher(ctx context.Context, o wconfig.Options, ln net.Listener, pub
 			wg.Wait()
 			return
 		case <-pushed:
+			fetch = false
 		case <-tick.C:
+			fetch = true
 		}
 	}
 }

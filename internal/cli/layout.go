@@ -10,6 +10,7 @@ import (
 	"sort"
 	"strings"
 	"syscall"
+	"time"
 
 	"github.com/tenant-worker/tenant-worker/internal/config"
 	"github.com/tenant-worker/tenant-worker/internal/gitops"
@@ -38,13 +39,30 @@ older one looks for tenants only in the tier's folder. A worker's push
 that lands first makes the migration start again from it (at most 5
 times).
 
+migrate --shard-kustomizations gives the shard folders Kustomizations of
+their own (the branch must be in shard folders already), and hands the
+tenants over to them in the cluster, so that nothing is pruned: it
+suspends the tenants Kustomization (the first of FLUX_KUSTOMIZATIONS),
+pushes the commit in which the tiers stop listing their shard folders
+(checked as above, across every Kustomization), waits until every shard
+folder's Kustomization, made by the worker running with ARTIFACT_URL, has
+applied it (--wait), then resumes the tenants Kustomization and waits
+until it has applied it too. Objects a Kustomization applied last carry its
+name, and Flux prunes only those: after the shard Kustomizations applied
+every tenant, the tenants Kustomization prunes none. It needs KUBECONFIG
+(or a pod's account) allowed to patch that Kustomization and read the
+others. Run again after a failure, it carries on where it stopped; while
+it waits, the tenants Kustomization stays suspended, which deletes
+nothing.
+
 Exit 0 when the branch has the layout (pushed now or before), 1 when the
-repository cannot be moved as it is (the reason names the file) or git
-fails, 2 for bad flags.
+repository cannot be moved as it is (the reason names the file), git or
+the cluster fails, or a wait ends, 2 for bad flags.
 
 Example:
   tenant-worker layout migrate --shards 16
   tenant-worker layout migrate --shards 0 --dry-run
+  tenant-worker layout migrate --shard-kustomizations
 `
 
 // migrateAttempts bounds the migrations started again after a worker's
@@ -55,8 +73,11 @@ func layoutCmd(args []string, stdout, stderr io.Writer, getenv func(string) stri
 	fs := newFlags("layout", layoutUsage, stdout, stderr)
 	opts := config.Default()
 	opts.BindGroups(fs, getenv, config.Git)
+	opts.BindGroups(fs, getenv, config.Worker)
 	shards := fs.Int("shards", -1, "shard folders per tier to migrate to, 1 to 100; 0 moves the tenants back into their tier's folder")
 	dryRun := fs.Bool("dry-run", false, "check and print the migration, push nothing")
+	own := fs.Bool("shard-kustomizations", false, "give the shard folders Kustomizations of their own, handing the tenants over to them in the cluster")
+	wait := fs.Duration("wait", 10*time.Minute, "with --shard-kustomizations, how long each Kustomization may take to apply the commit")
 	code, done := parse(fs, args)
 	if done {
 		return code
@@ -66,7 +87,12 @@ func layoutCmd(args []string, stdout, stderr io.Writer, getenv func(string) stri
 		return 2
 	}
 	migrate := fs.Arg(0) == "migrate"
-	if migrate && (*shards < 0 || *shards > gitops.MaxShards) {
+	if migrate && *own {
+		if *shards != -1 {
+			fmt.Fprintln(stderr, "tenant-worker layout migrate: --shard-kustomizations keeps the shard folders as they are: move them with --shards first")
+			return 2
+		}
+	} else if migrate && (*shards < 0 || *shards > gitops.MaxShards) {
 		fmt.Fprintf(stderr, "tenant-worker layout migrate: --shards must be 0 to %d\n", gitops.MaxShards)
 		return 2
 	}
@@ -92,8 +118,17 @@ func layoutCmd(args []string, stdout, stderr io.Writer, getenv func(string) stri
 		fmt.Fprintf(stdout, "%s at %s: %s\n", opts.GitBranch, repo.Head(), describeLayout(l))
 		return 0
 	}
+	if *own {
+		return handover(ctx, opts, repo, base, *wait, *dryRun, line, stdout, stderr)
+	}
 	for attempt := 1; ; attempt++ {
-		msg, err := migrateOnce(ctx, repo, base, *shards, *dryRun, line)
+		msg, err := migrateOnce(ctx, repo, base, func(l gitops.Layout) gitops.Layout {
+			l.Shards = *shards
+			if *shards == 0 {
+				l.ShardKustomizations = false
+			}
+			return l
+		}, *dryRun, line)
 		line.Clear()
 		if errors.Is(err, gitrepo.ErrConflict) && attempt < migrateAttempts {
 			fmt.Fprintf(stderr, "tenant-worker layout: %s moved while migrating; starting again from it\n", opts.GitBranch)
@@ -114,19 +149,22 @@ func layoutCmd(args []string, stdout, stderr io.Writer, getenv func(string) stri
 
 // migrateOnce migrates the branch at the clone's head: it plans, commits,
 // checks and (unless dryRun) pushes, and says what it did.
-func migrateOnce(ctx context.Context, repo *gitrepo.Repo, base gitops.Layout, shards int, dryRun bool, line *progress.Line) (string, error) {
+func migrateOnce(ctx context.Context, repo *gitrepo.Repo, base gitops.Layout, target func(gitops.Layout) gitops.Layout, dryRun bool, line *progress.Line) (string, error) {
 	head := repo.Head()
 	before, err := repo.Snapshot(head)
 	if err != nil {
 		return "", err
 	}
-	line.Show("planning the move")
-	files, err := base.Migrate(before, shards)
+	from, err := base.Of(before)
 	if err != nil {
 		return "", err
 	}
-	to := base
-	to.Shards = shards
+	to := target(from)
+	line.Show("planning the move")
+	files, err := base.MigrateTo(before, to)
+	if err != nil {
+		return "", err
+	}
 	if len(files) == 0 {
 		return fmt.Sprintf("%s is laid out %s already: nothing to change", head, describeLayout(to)), nil
 	}
@@ -171,8 +209,11 @@ func migrateOnce(ctx context.Context, repo *gitrepo.Repo, base gitops.Layout, sh
 
 // describeLayout says where a layout puts tenant files.
 func describeLayout(l gitops.Layout) string {
-	if l.Shards == 0 {
+	switch {
+	case l.Shards == 0:
 		return "in each tier's folder"
+	case l.ShardKustomizations:
+		return fmt.Sprintf("in %d shard folders per tier, each applied by a Kustomization of its own", l.Shards)
 	}
 	return fmt.Sprintf("in %d shard folders per tier", l.Shards)
 }

@@ -14,6 +14,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"path"
 	"slices"
 	"strings"
 
@@ -164,10 +165,22 @@ func (c *Checker) Check(before, after Source, req message.Request, changed []str
 // built before, equal in every field, and nothing else is. Otherwise it
 // returns an *Error naming each object that differs, and errNotBuilt's
 // error when what Flux applies now cannot be built to compare with.
+//
+// When the change gives shard folders Kustomizations of their own (or takes
+// them away), the objects are compared across every folder Flux applies on
+// each side: an object may move from one Kustomization to another, not
+// change or go.
 func (c *Checker) Moved(before, after Source, changed []string) error {
 	l, err := c.layout.Of(after)
 	if err != nil {
 		return err
+	}
+	lb, err := c.layout.Of(before)
+	if err != nil {
+		return err
+	}
+	if lb.ShardKustomizations != l.ShardKustomizations {
+		return c.movedAcross(before, after, lb, l)
 	}
 	var all Error
 	for _, dir := range l.AppliedDirs(changed) {
@@ -185,6 +198,88 @@ func (c *Checker) Moved(before, after Source, changed []string) error {
 		return nil
 	}
 	return &all
+}
+
+// movedAcross is Moved between layouts that apply the tenants through
+// different Kustomizations.
+func (c *Checker) movedAcross(before, after Source, lb, la gitops.Layout) error {
+	ob, err := c.applied(before, lb)
+	if err != nil {
+		return err
+	}
+	oa, err := c.applied(after, la)
+	if err != nil {
+		return err
+	}
+	var all Error
+	for id, a := range oa {
+		b, ok := ob[id]
+		switch {
+		case !ok:
+			all.Unintended = append(all.Unintended, Delta{Op: opAdded, Object: id, File: a.file})
+		case len(differing(b.body, a.body)) > 0:
+			all.Unintended = append(all.Unintended, Delta{Op: opChanged, Object: id, File: a.file, Fields: differing(b.body, a.body)})
+		}
+	}
+	for id, b := range ob {
+		if _, ok := oa[id]; !ok {
+			all.Unintended = append(all.Unintended, Delta{Op: opRemoved, Object: id, File: b.file})
+		}
+	}
+	if len(all.Unintended) == 0 {
+		return nil
+	}
+	slices.SortFunc(all.Unintended, func(a, b Delta) int { return strings.Compare(a.Object, b.Object) })
+	return &all
+}
+
+// applied is every object the tenants folder builds in src under layout l,
+// with those of each shard folder when they have Kustomizations of their
+// own, by id with its file; an object two folders build is refused (two
+// Kustomizations would fight over it).
+func (c *Checker) applied(src Source, l gitops.Layout) (map[string]traced, error) {
+	roots := []string{l.TenantsDir()}
+	if l.ShardKustomizations {
+		_, tiers, err := src.Entries(l.TenantsDir())
+		if err != nil {
+			return nil, fmt.Errorf("list %s: %w", l.TenantsDir(), err)
+		}
+		for _, tier := range tiers {
+			_, dirs, err := src.Entries(l.TierDir(tier))
+			if err != nil {
+				return nil, fmt.Errorf("list %s: %w", l.TierDir(tier), err)
+			}
+			for _, d := range dirs {
+				if strings.HasPrefix(d, "shard-") {
+					roots = append(roots, path.Join(l.TierDir(tier), d))
+				}
+			}
+		}
+	}
+	out := map[string]traced{}
+	for _, root := range roots {
+		t, err := c.resolve(src, root)
+		if err != nil {
+			return nil, err
+		}
+		if !t.simple {
+			return nil, fmt.Errorf("%s is not only lists of files: what moves between Kustomizations cannot be compared", root)
+		}
+		for _, p := range t.files.paths() {
+			id, _ := t.files.get(p)
+			objs, err := c.fileObjects(src, p, id)
+			if err != nil {
+				return nil, err
+			}
+			for _, o := range objs {
+				if prev, dup := out[o.id]; dup {
+					return nil, fmt.Errorf("%s is built from %s and from %s", o.id, prev.file, p)
+				}
+				out[o.id] = traced{object: o, file: p}
+			}
+		}
+	}
+	return out, nil
 }
 
 // allowedBy reports whether one of rules allows d, or d is an object of a

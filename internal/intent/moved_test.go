@@ -71,3 +71,37 @@ func mustFile(t *testing.T, m fstest.MapFS, name string) string {
 	}
 	return string(f.Data)
 }
+
+// TestMovedIntoShardKustomizations: giving shard folders Kustomizations of
+// their own moves every tenant's objects out of the tenants folder's build
+// into the shard folders'; compared across all of them, nothing changes.
+// A file edited in the same change is refused, naming its object.
+func TestMovedIntoShardKustomizations(t *testing.T) {
+	m := onboarded(t, "p1", "p2", "p3", "b1", "b2")
+	sharded, _ := migrated(t, m, 3)
+	to := gitops.Layout{Root: templates.Root, Shards: 3, ShardKustomizations: true}
+	files, err := layout.MigrateTo(gitops.FS{FS: sharded}, to)
+	if err != nil {
+		t.Fatal(err)
+	}
+	after := clone(sharded)
+	for p, b := range files {
+		if b == nil {
+			delete(after, p)
+		} else {
+			after[p] = &fstest.MapFile{Data: b}
+		}
+	}
+	if k := string(after[to.TierKustomization("premium")].Data); strings.Contains(k, "shard-") {
+		t.Fatalf("the tier still lists its shard folders:\n%s", k)
+	}
+	changed := slices.Sorted(maps.Keys(files))
+	if err := NewChecker(layout).Moved(mem{sharded}, mem{after}, changed); err != nil {
+		t.Fatalf("into shard Kustomizations: %v", err)
+	}
+	p2 := to.TenantFile("premium", "p2")
+	after[p2] = &fstest.MapFile{Data: []byte(strings.Replace(string(after[p2].Data), "0.0", "9.9", 1))}
+	if err := NewChecker(layout).Moved(mem{sharded}, mem{after}, append(changed, p2)); err == nil || !strings.Contains(err.Error(), "p2") {
+		t.Fatalf("an edit in the same change: %v, want p2's objects named", err)
+	}
+}
