@@ -16,6 +16,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/watch"
 
 	"github.com/tenant-worker/tenant-worker/internal/cli"
@@ -280,6 +281,13 @@ func TestHandoverToShardKustomizationsKeepsEveryTenant(t *testing.T) {
 	if _, err := cp.InstallPlatform(ctx, t.TempDir(), controlplane.PlatformOptions{RepoURL: h.git.RepoURL(repoName), Username: "git", Password: h.token}); err != nil {
 		t.Fatal(err)
 	}
+	// The GitRepository fetches only when asked: a handover that resumed
+	// the tenants Kustomization before its source had the commit would
+	// take the tenants back at the old commit, then prune them all.
+	if _, err := cp.Dynamic.Resource(flux.GitRepositories).Namespace(controlplane.Namespace).Patch(ctx, "flux-system",
+		types.MergePatchType, []byte(`{"spec":{"interval":"10h"}}`), metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
 	fc, err := flux.New(cp.Config, flux.Options{Namespace: controlplane.Namespace, GitRepository: "flux-system"})
 	if err != nil {
 		t.Fatal(err)
@@ -373,4 +381,59 @@ func TestHandoverToShardKustomizationsKeepsEveryTenant(t *testing.T) {
 		_, err := cp.Dynamic.Resource(flux.HelmReleases).Namespace(controlplane.Namespace).Get(ctx, "mig-new-premium", metav1.GetOptions{})
 		return err == nil
 	})
+	newUID := uids(t, cp, "mig-new")["mig-new-premium"]
+
+	// And back: the tenants Kustomization takes them over again, the shard
+	// Kustomizations go, and still nothing is deleted.
+	out.Reset()
+	errOut.Reset()
+	if code := cli.Main([]string{"layout", "migrate", "--no-shard-kustomizations"}, &out, &errOut, func(k string) string { return env[k] }); code != 0 {
+		t.Fatalf("layout migrate --no-shard-kustomizations: exit %d\n%s%s", code, out.String(), errOut.String())
+	}
+	back := uids(t, cp, "mig-")
+	for name, uid := range before {
+		if back[name] != uid {
+			t.Errorf("after handing back, HelmRelease %s has uid %q, not %q", name, back[name], uid)
+		}
+	}
+	if back["mig-new-premium"] != newUID {
+		t.Errorf("after handing back, mig-new's HelmRelease has uid %q, not %q", back["mig-new-premium"], newUID)
+	}
+	for _, d := range []*deletions{&releases, &spaces} {
+		d.mu.Lock()
+		if len(d.deleted) > 0 {
+			t.Errorf("handing back deleted or marked for deletion: %v", d.deleted)
+		}
+		d.mu.Unlock()
+	}
+	ks, err := cp.Dynamic.Resource(flux.Kustomizations).Namespace(controlplane.Namespace).List(ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/managed-by=tenant-worker"})
+	if err != nil || len(ks.Items) != 0 {
+		t.Errorf("shard Kustomizations left: %d (%v)", len(ks.Items), err)
+	}
+	held := 0
+	entries, _, _ = unstructured.NestedSlice(tenantsK().Object, "status", "inventory", "entries")
+	for _, e := range entries {
+		if m, ok := e.(map[string]any); ok && strings.Contains(fmt.Sprint(m["id"]), "_mig-") && strings.Contains(fmt.Sprint(m["id"]), "HelmRelease") {
+			held++
+		}
+	}
+	if held != tenants+1 {
+		t.Errorf("dataplane-tenants holds %d tenants' HelmReleases after handing back, want %d", held, tenants+1)
+	}
+}
+
+// uids maps the names of the HelmReleases starting with prefix to their uids.
+func uids(t *testing.T, cp *controlplane.ControlPlane, prefix string) map[string]string {
+	t.Helper()
+	list, err := cp.Dynamic.Resource(flux.HelmReleases).Namespace(controlplane.Namespace).List(context.Background(), metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]string{}
+	for _, o := range list.Items {
+		if strings.HasPrefix(o.GetName(), prefix) {
+			out[o.GetName()] = string(o.GetUID())
+		}
+	}
+	return out
 }

@@ -11,8 +11,10 @@ import (
 	"time"
 
 	"github.com/go-git/go-git/v5/plumbing"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/dynamic"
 
@@ -29,7 +31,7 @@ import (
 // running platform (see layoutUsage): suspend the tenants Kustomization,
 // push the commit, wait for every shard Kustomization to apply it, resume
 // the tenants Kustomization and wait for it to apply it.
-func handover(ctx context.Context, opts config.Options, repo *gitrepo.Repo, base gitops.Layout, timeout time.Duration,
+func handover(ctx context.Context, opts config.Options, repo *gitrepo.Repo, base gitops.Layout, into bool, timeout time.Duration,
 	dryRun bool, line *progress.Line, stdout, stderr io.Writer) int {
 	fail := func(err error) int {
 		line.Clear()
@@ -52,7 +54,7 @@ func handover(ctx context.Context, opts config.Options, repo *gitrepo.Repo, base
 	if err != nil {
 		return fail(err)
 	}
-	h := &handing{dyn: dyn, ns: opts.FluxNamespace, repo: repo, line: line}
+	h := &handing{dyn: dyn, ns: opts.FluxNamespace, source: opts.FluxGitRepository, repo: repo, line: line}
 	if _, err := h.kustomization(ctx, tenantsK); err != nil {
 		return fail(fmt.Errorf("the tenants Kustomization: %w", err))
 	}
@@ -64,6 +66,12 @@ func handover(ctx context.Context, opts config.Options, repo *gitrepo.Repo, base
 	l, err := base.Of(snap)
 	if err != nil {
 		return fail(err)
+	}
+	if !into {
+		if err := h.back(ctx, repo, base, l, tenantsK, timeout, dryRun, stdout); err != nil {
+			return fail(err)
+		}
+		return 0
 	}
 	commit := repo.Head()
 	switch {
@@ -135,6 +143,13 @@ func handover(ctx context.Context, opts config.Options, repo *gitrepo.Repo, base
 			return fail(fmt.Errorf("%w; %s stays suspended, which deletes nothing: is the worker running with ARTIFACT_URL? Run this again to carry on", err, tenantsK))
 		}
 	}
+	// Resumed while its source still has an older commit, it would apply
+	// that one, taking every tenant back, then prune them all at the
+	// commit: the source has the commit first.
+	line.Show("waiting for %s to fetch %s", h.source, short(commit))
+	if err := h.fetched(ctx, commit, timeout); err != nil {
+		return fail(fmt.Errorf("%w; %s stays suspended, which deletes nothing: run this again", err, tenantsK))
+	}
 	line.Show("resuming %s", tenantsK)
 	if err := h.suspend(ctx, tenantsK, false); err != nil {
 		return fail(err)
@@ -158,10 +173,11 @@ func mustTiers(l gitops.Layout, r gitops.Reader) []string {
 
 // handing is the cluster side of a handover.
 type handing struct {
-	dyn  dynamic.Interface
-	ns   string
-	repo *gitrepo.Repo
-	line *progress.Line
+	dyn    dynamic.Interface
+	ns     string
+	source string // the GitRepository, asked to fetch after a push
+	repo   *gitrepo.Repo
+	line   *progress.Line
 }
 
 func (h *handing) kustomization(ctx context.Context, name string) (*unstructured.Unstructured, error) {
@@ -184,6 +200,38 @@ func (h *handing) suspend(ctx context.Context, name string, on bool) error {
 		return fmt.Errorf("set %s's suspend to %v: %w", name, on, err)
 	}
 	return nil
+}
+
+// fetch asks the GitRepository to fetch now, not at its interval.
+func (h *handing) fetch(ctx context.Context) {
+	b, _ := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]string{
+		flux.RequestedAtAnnotation: time.Now().UTC().Format(time.RFC3339Nano)}}})
+	// At worst the GitRepository fetches at its interval.
+	h.dyn.Resource(flux.GitRepositories).Namespace(h.ns).Patch(ctx, h.source, types.MergePatchType, b, metav1.PatchOptions{FieldManager: "tenant-worker-layout"})
+}
+
+// fetched asks the GitRepository to fetch and waits until its artifact is
+// at commit or after it.
+func (h *handing) fetched(ctx context.Context, commit plumbing.Hash, timeout time.Duration) error {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	var asked time.Time
+	for {
+		if time.Since(asked) > 10*time.Second {
+			h.fetch(ctx)
+			asked = time.Now()
+		}
+		src, err := h.dyn.Resource(flux.GitRepositories).Namespace(h.ns).Get(ctx, h.source, metav1.GetOptions{})
+		if err == nil {
+			rev, _, _ := unstructured.NestedString(src.Object, "status", "artifact", "revision")
+			if i := strings.LastIndex(rev, ":"); i >= 0 && h.atOrAfter(ctx, plumbing.NewHash(rev[i+1:]), commit) {
+				return nil
+			}
+		}
+		if err := wait.Sleep(ctx, time.Second); err != nil {
+			return fmt.Errorf("GitRepository %s has not fetched %s within %s", h.source, commit, timeout)
+		}
+	}
 }
 
 // applied waits until Kustomization name has applied commit or a commit
@@ -238,8 +286,10 @@ func (h *handing) atOrAfter(ctx context.Context, rev, commit plumbing.Hash) bool
 }
 
 // madeBy returns the first commit, walking back from head, whose parent's
-// layout did not give shard folders Kustomizations of their own.
-func (h *handing) madeBy(base gitops.Layout, head plumbing.Hash) (plumbing.Hash, error) {
+// layout did not give shard folders Kustomizations of their own (with own
+// false: did).
+func (h *handing) madeBy(base gitops.Layout, head plumbing.Hash, own ...bool) (plumbing.Hash, error) {
+	want := len(own) == 0 || own[0]
 	c := head
 	for range 100_000 {
 		parents, _, err := h.repo.CommitInfo(c)
@@ -250,10 +300,116 @@ func (h *handing) madeBy(base gitops.Layout, head plumbing.Hash) (plumbing.Hash,
 		if err != nil {
 			return c, nil
 		}
-		if l, err := base.Of(snap); err != nil || !l.ShardKustomizations {
+		if l, err := base.Of(snap); err != nil || l.ShardKustomizations != want {
 			return c, nil
 		}
 		c = parents[0]
 	}
 	return c, nil
+}
+
+// back hands the tenants back from the shard folders' Kustomizations to
+// the tenants Kustomization tenantsK (see layoutUsage).
+func (h *handing) back(ctx context.Context, repo *gitrepo.Repo, base, l gitops.Layout, tenantsK string, timeout time.Duration, dryRun bool, stdout io.Writer) error {
+	shardKs, err := h.shardKustomizations(ctx)
+	if err != nil {
+		return err
+	}
+	if !l.ShardKustomizations && len(shardKs) == 0 {
+		fmt.Fprintf(stdout, "%s has no shard folders with Kustomizations of their own: nothing to hand back\n", repo.Branch())
+		return nil
+	}
+	outOf := func(l gitops.Layout) gitops.Layout { l.ShardKustomizations = false; return l }
+	if dryRun {
+		if !l.ShardKustomizations {
+			fmt.Fprintf(stdout, "would delete %d shard Kustomizations; nothing was changed\n", len(shardKs))
+			return nil
+		}
+		msg, err := migrateOnce(ctx, repo, base, outOf, true, h.line)
+		if err == nil {
+			h.line.Clear()
+			fmt.Fprintln(stdout, msg)
+		}
+		return err
+	}
+	// Suspended, a shard Kustomization applies nothing more and, deleted,
+	// deletes nothing of what it applied.
+	for _, name := range shardKs {
+		h.line.Show("suspending %s", name)
+		if err := h.suspend(ctx, name, true); err != nil {
+			return err
+		}
+	}
+	commit := repo.Head()
+	if l.ShardKustomizations {
+		for attempt := 1; ; attempt++ {
+			msg, err := migrateOnce(ctx, repo, base, outOf, false, h.line)
+			if errors.Is(err, gitrepo.ErrConflict) && attempt < migrateAttempts {
+				if _, err := repo.Fetch(ctx); err != nil {
+					return err
+				}
+				continue
+			}
+			if err != nil {
+				return fmt.Errorf("%w (the shard Kustomizations stay suspended, which deletes nothing: run this again)", err)
+			}
+			h.line.Clear()
+			fmt.Fprintln(stdout, msg)
+			break
+		}
+		if commit, err = repo.Fetch(ctx); err != nil {
+			return err
+		}
+	} else if commit, err = h.madeBy(gitops.Layout{Root: base.Root}, commit, false); err != nil {
+		return err
+	}
+	h.line.Show("waiting for %s to fetch %s", h.source, short(commit))
+	if err := h.fetched(ctx, commit, timeout); err != nil {
+		return fmt.Errorf("%w; the shard Kustomizations stay suspended, which deletes nothing: run this again", err)
+	}
+	h.line.Show("waiting for %s to apply %s", tenantsK, short(commit))
+	if err := h.suspend(ctx, tenantsK, false); err != nil { // asks it to apply now
+		return err
+	}
+	if err := h.applied(ctx, tenantsK, commit, "lastAppliedRevision", timeout); err != nil {
+		return fmt.Errorf("%w; the shard Kustomizations stay suspended, which deletes nothing: run this again", err)
+	}
+	// One made since the first listing (a new tier's first tenant) is
+	// suspended too before anything is deleted.
+	if shardKs, err = h.shardKustomizations(ctx); err != nil {
+		return err
+	}
+	for _, name := range shardKs {
+		if err := h.suspend(ctx, name, true); err != nil {
+			return err
+		}
+	}
+	for _, name := range shardKs {
+		h.line.Show("deleting %s", name)
+		for _, gvr := range []schema.GroupVersionResource{flux.Kustomizations, publish.ExternalArtifacts} {
+			if err := h.dyn.Resource(gvr).Namespace(h.ns).Delete(ctx, name, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+				return fmt.Errorf("delete %s %s: %w", gvr.Resource, name, err)
+			}
+		}
+	}
+	h.line.Clear()
+	fmt.Fprintf(stdout, "handed back: %s applies the tenants of %s since %s; %d shard Kustomizations deleted\n", tenantsK, repo.Branch(), commit, len(shardKs))
+	return nil
+}
+
+// shardKustomizations lists the Kustomizations the worker made for shard
+// folders.
+func (h *handing) shardKustomizations(ctx context.Context) ([]string, error) {
+	list, err := h.dyn.Resource(flux.Kustomizations).Namespace(h.ns).List(ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/managed-by=tenant-worker"})
+	if err != nil {
+		return nil, fmt.Errorf("list the shard folders' Kustomizations: %w", err)
+	}
+	var out []string
+	for _, k := range list.Items {
+		if kind, _, _ := unstructured.NestedString(k.Object, "spec", "sourceRef", "kind"); kind == "ExternalArtifact" && strings.HasPrefix(k.GetName(), "tenants-") {
+			out = append(out, k.GetName())
+		}
+	}
+	slices.Sort(out)
+	return out, nil
 }

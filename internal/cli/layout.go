@@ -55,6 +55,12 @@ others. Run again after a failure, it carries on where it stopped; while
 it waits, the tenants Kustomization stays suspended, which deletes
 nothing.
 
+migrate --no-shard-kustomizations hands them back: it suspends every shard
+folder's Kustomization, pushes the commit in which the tiers list their
+shard folders again, waits until the tenants Kustomization has applied it,
+then deletes the shard folders' Kustomizations (suspended, so Flux deletes
+nothing of theirs) and ExternalArtifacts.
+
 Exit 0 when the branch has the layout (pushed now or before), 1 when the
 repository cannot be moved as it is (the reason names the file), git or
 the cluster fails, or a wait ends, 2 for bad flags.
@@ -63,6 +69,7 @@ Example:
   tenant-worker layout migrate --shards 16
   tenant-worker layout migrate --shards 0 --dry-run
   tenant-worker layout migrate --shard-kustomizations
+  tenant-worker layout migrate --no-shard-kustomizations
 `
 
 // migrateAttempts bounds the migrations started again after a worker's
@@ -77,6 +84,7 @@ func layoutCmd(args []string, stdout, stderr io.Writer, getenv func(string) stri
 	shards := fs.Int("shards", -1, "shard folders per tier to migrate to, 1 to 100; 0 moves the tenants back into their tier's folder")
 	dryRun := fs.Bool("dry-run", false, "check and print the migration, push nothing")
 	own := fs.Bool("shard-kustomizations", false, "give the shard folders Kustomizations of their own, handing the tenants over to them in the cluster")
+	back := fs.Bool("no-shard-kustomizations", false, "hand the tenants back from the shard folders' Kustomizations to the tenants Kustomization, and delete those")
 	wait := fs.Duration("wait", 10*time.Minute, "with --shard-kustomizations, how long each Kustomization may take to apply the commit")
 	code, done := parse(fs, args)
 	if done {
@@ -87,7 +95,11 @@ func layoutCmd(args []string, stdout, stderr io.Writer, getenv func(string) stri
 		return 2
 	}
 	migrate := fs.Arg(0) == "migrate"
-	if migrate && *own {
+	if migrate && (*own || *back) {
+		if *own && *back {
+			fmt.Fprintln(stderr, "tenant-worker layout migrate: --shard-kustomizations or --no-shard-kustomizations, not both")
+			return 2
+		}
 		if *shards != -1 {
 			fmt.Fprintln(stderr, "tenant-worker layout migrate: --shard-kustomizations keeps the shard folders as they are: move them with --shards first")
 			return 2
@@ -118,8 +130,8 @@ func layoutCmd(args []string, stdout, stderr io.Writer, getenv func(string) stri
 		fmt.Fprintf(stdout, "%s at %s: %s\n", opts.GitBranch, repo.Head(), describeLayout(l))
 		return 0
 	}
-	if *own {
-		return handover(ctx, opts, repo, base, *wait, *dryRun, line, stdout, stderr)
+	if *own || *back {
+		return handover(ctx, opts, repo, base, *own, *wait, *dryRun, line, stdout, stderr)
 	}
 	for attempt := 1; ; attempt++ {
 		msg, err := migrateOnce(ctx, repo, base, func(l gitops.Layout) gitops.Layout {

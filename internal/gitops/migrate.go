@@ -52,12 +52,14 @@ func (l Layout) MigrateTo(r Reader, to Layout) (map[string][]byte, error) {
 	}
 	to.Root = l.Root
 	into := !from.ShardKustomizations && to.ShardKustomizations && from.Shards == to.Shards
-	if !into && (from.ShardKustomizations || to.ShardKustomizations) && (from.Shards != to.Shards || from.ShardKustomizations != to.ShardKustomizations) {
+	outOf := from.ShardKustomizations && !to.ShardKustomizations && from.Shards == to.Shards
+	if !into && !outOf && (from.ShardKustomizations || to.ShardKustomizations) && (from.Shards != to.Shards || from.ShardKustomizations != to.ShardKustomizations) {
 		// A tenant would move from one Flux Kustomization to another, and
 		// the one it leaves prunes what the other has not yet taken over:
 		// that needs the Kustomizations handed over in the cluster. Only the
-		// way into Kustomizations per shard folder, from the same folders,
-		// is done (with the handover by tenant-worker layout migrate).
+		// ways into and out of Kustomizations per shard folder, with the
+		// same folders, are done (with the handover by tenant-worker layout
+		// migrate).
 		return nil, fmt.Errorf("%w: moving tenants between shard Kustomizations (%s to %s) needs their handover in the cluster, "+
 			"which this version does not do", ErrUnsupported, from.describe(), to.describe())
 	}

@@ -262,9 +262,19 @@ func TestShardKustomizationsLayout(t *testing.T) {
 		t.Errorf("the emptied shard's kustomization is %q, want it listing nothing", got)
 	}
 	built(t, m) // the tenants folder still builds
-	for _, to := range []Layout{{Shards: 4, ShardKustomizations: true}, {Shards: 2}, {}} {
+	for _, to := range []Layout{{Shards: 4, ShardKustomizations: true}, {Shards: 4}, {}} {
 		if _, err := layout.MigrateTo(FS{m}, to); !errors.Is(err, ErrUnsupported) {
 			t.Errorf("migrating to %s: %v, want it refused", to.describe(), err)
 		}
 	}
+	// Out of it, with the same folders: the tiers list them again.
+	files, err := layout.MigrateTo(FS{m}, Layout{Shards: 2})
+	if err != nil {
+		t.Fatalf("out of shard Kustomizations: %v", err)
+	}
+	apply(m, Change{Files: files})
+	if k := at(m, l.TierKustomization("premium")); !strings.Contains(k, "shard-") {
+		t.Errorf("the tier lists no shard folder after leaving shard Kustomizations:\n%s", k)
+	}
+	built(t, m)
 }

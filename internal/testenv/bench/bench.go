@@ -90,6 +90,13 @@ func seedRepo(srv repoCreator, name string, n int) error {
 // per tier (0: the tier's folder), as `tenant-worker layout migrate` moves
 // them.
 func seedRepoIn(srv repoCreator, name string, n, shards int) error {
+	return seedRepoLaid(srv, name, n, gitops.Layout{Shards: shards})
+}
+
+// seedRepoLaid is seedRepo with the tenant files laid out as to says (its
+// Shards and ShardKustomizations).
+func seedRepoLaid(srv repoCreator, name string, n int, to gitops.Layout) error {
+	shards := to.Shards
 	m, err := templates.Files()
 	if err != nil {
 		return err
@@ -110,15 +117,23 @@ func seedRepoIn(srv repoCreator, name string, n, shards int) error {
 		for p, b := range m {
 			mfs[p] = &fstest.MapFile{Data: b}
 		}
-		moved, err := gitops.Layout{Root: root}.Migrate(gitops.FS{FS: mfs}, shards)
-		if err != nil {
-			return fmt.Errorf("lay out %d shards: %w", shards, err)
+		steps := []gitops.Layout{{Shards: shards}}
+		if to.ShardKustomizations {
+			steps = append(steps, gitops.Layout{Shards: shards, ShardKustomizations: true})
 		}
-		for p, b := range moved {
-			if b == nil {
-				delete(m, p)
-			} else {
-				m[p] = b
+		for _, step := range steps {
+			moved, err := gitops.Layout{Root: root}.MigrateTo(gitops.FS{FS: mfs}, step)
+			if err != nil {
+				return fmt.Errorf("lay out %d shards: %w", shards, err)
+			}
+			for p, b := range moved {
+				if b == nil {
+					delete(m, p)
+					delete(mfs, p)
+				} else {
+					m[p] = b
+					mfs[p] = &fstest.MapFile{Data: b}
+				}
 			}
 		}
 	}

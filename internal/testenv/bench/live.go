@@ -6,8 +6,10 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -17,6 +19,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
 	"github.com/tenant-worker/tenant-worker/internal/flux"
+	"github.com/tenant-worker/tenant-worker/internal/gitops"
 	"github.com/tenant-worker/tenant-worker/internal/testenv/controlplane"
 	"github.com/tenant-worker/tenant-worker/internal/testenv/fauxqs"
 	"github.com/tenant-worker/tenant-worker/internal/testenv/gitserver"
@@ -39,6 +42,10 @@ type LiveResult struct {
 	// KustomizeFlags were added to kustomize-controller's (none: Flux's
 	// defaults).
 	KustomizeFlags []string `json:"kustomize_controller_flags,omitempty"`
+	// Shards is the shard folders per tier, each applied by a Kustomization
+	// of its own from the worker's ExternalArtifact (0: the platform's one
+	// tenants Kustomization); TenantsApply is then the shard Kustomizations'.
+	Shards int `json:"shard_kustomizations_per_tier,omitempty"`
 }
 
 // LiveOptions shape the time-to-live run.
@@ -52,6 +59,12 @@ type LiveOptions struct {
 	WorkDir           string
 	// KustomizeFlags are added to kustomize-controller's.
 	KustomizeFlags []string
+	// Shards lays the tenants out in that many shard folders per tier, each
+	// applied by a Kustomization of its own from an ExternalArtifact the
+	// worker publishes (ARTIFACT_URL); 0 is the platform's layout. Only the
+	// reconcile-request runs are measured then: nothing waits for Flux's
+	// interval.
+	Shards int
 }
 
 // RunLive measures the time to live at each size, one control plane per
@@ -73,7 +86,12 @@ func RunLive(ctx context.Context, o LiveOptions, progress io.Writer) ([]LiveResu
 }
 
 func liveSize(ctx context.Context, o LiveOptions, n int, progress io.Writer) (LiveResult, error) {
-	res := LiveResult{Tenants: n, KustomizeFlags: o.KustomizeFlags}
+	res := LiveResult{Tenants: n, KustomizeFlags: o.KustomizeFlags, Shards: o.Shards}
+	flags := o.KustomizeFlags
+	if o.Shards > 0 {
+		flags = append(slices.Clone(flags), "--feature-gates=ExternalArtifact=true")
+		o.Interval = 0
+	}
 	dir, err := os.MkdirTemp(o.WorkDir, "live-bench-")
 	if err != nil {
 		return res, err
@@ -89,13 +107,13 @@ func liveSize(ctx context.Context, o LiveOptions, n int, progress io.Writer) (Li
 		return res, err
 	}
 	defer srv.Close()
-	if err := seedRepo(srv, "live.git", n); err != nil {
+	if err := seedRepoLaid(srv, "live.git", n, gitops.Layout{Shards: o.Shards, ShardKustomizations: o.Shards > 0}); err != nil {
 		return res, err
 	}
 	fmt.Fprintf(progress, "bench (live): %d tenants: starting a control plane with Flux and installing them\n", n)
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	cp, err := controlplane.Start(ctx, filepath.Join(dir, "cluster"), controlplane.Options{ControllerManager: true, Flux: true, KustomizeFlags: o.KustomizeFlags})
+	cp, err := controlplane.Start(ctx, filepath.Join(dir, "cluster"), controlplane.Options{ControllerManager: true, Flux: true, KustomizeFlags: flags})
 	if err != nil {
 		return res, err
 	}
@@ -106,12 +124,6 @@ func liveSize(ctx context.Context, o LiveOptions, n int, progress io.Writer) (Li
 	}); err != nil {
 		return res, err
 	}
-	start := time.Now()
-	if err := waitReleasesReady(ctx, cp, n+1, 30*time.Minute); err != nil { // the tenants and pool-1
-		return res, err
-	}
-	fmt.Fprintf(progress, "bench (live): %d tenants installed by Flux in %s\n", n, time.Since(start).Round(time.Second))
-
 	api := fauxqs.Client(o.SQSEndpoint)
 	var queues []string
 	for _, kind := range []string{"onboarding", "offboarding", "deployment"} {
@@ -121,9 +133,33 @@ func liveSize(ctx context.Context, o LiveOptions, n int, progress io.Writer) (Li
 		}
 		queues = append(queues, q)
 	}
+	// With shard Kustomizations, the worker publishes the folders (and
+	// makes their Kustomizations) from its start: it is the one measured.
+	var artifacts []string
+	var publisher *worker
+	if o.Shards > 0 {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return res, err
+		}
+		addr := ln.Addr().String()
+		ln.Close()
+		artifacts = []string{"ARTIFACT_ADDR=" + addr, "ARTIFACT_URL=http://" + addr}
+		if publisher, err = startWorker(o.Binary, srv.RepoURL("live.git"), o.SQSEndpoint, queues, append([]string{"GIT_TOKEN=" + token,
+			"KUBECONFIG=" + cp.Kubeconfig, "FLUX_RECONCILE=true"}, artifacts...)...); err != nil {
+			return res, err
+		}
+		defer publisher.stop()
+	}
+	start := time.Now()
+	if err := waitReleasesReady(ctx, cp, n+1, 30*time.Minute); err != nil { // the tenants and pool-1
+		return res, err
+	}
+	fmt.Fprintf(progress, "bench (live): %d tenants installed by Flux in %s\n", n, time.Since(start).Round(time.Second))
+
 	// The applies of the install itself are not the runs'.
 	logPath := filepath.Join(dir, "cluster", "kustomize-controller.log")
-	before, _ := tenantsApplies(logPath, 0)
+	before, _ := tenantsApplies(logPath, 0, o.Shards > 0)
 	applyFrom := len(before)
 	for _, mode := range []struct {
 		name      string
@@ -134,10 +170,12 @@ func liveSize(ctx context.Context, o LiveOptions, n int, progress io.Writer) (Li
 		if mode.count == 0 {
 			continue
 		}
-		w, err := startWorker(o.Binary, srv.RepoURL("live.git"), o.SQSEndpoint, queues, "GIT_TOKEN="+token,
-			"KUBECONFIG="+cp.Kubeconfig, fmt.Sprintf("FLUX_RECONCILE=%v", mode.reconcile))
-		if err != nil {
-			return res, err
+		w := publisher
+		if w == nil {
+			if w, err = startWorker(o.Binary, srv.RepoURL("live.git"), o.SQSEndpoint, queues, "GIT_TOKEN="+token,
+				"KUBECONFIG="+cp.Kubeconfig, fmt.Sprintf("FLUX_RECONCILE=%v", mode.reconcile)); err != nil {
+				return res, err
+			}
 		}
 		fmt.Fprintf(progress, "bench (live): %d tenants: %d onboardings %s\n", n, mode.count, mode.name)
 		var ds []time.Duration
@@ -171,7 +209,7 @@ func liveSize(ctx context.Context, o LiveOptions, n int, progress io.Writer) (Li
 	if res.Request.P50 > 0 {
 		res.IntervalOverRequest = res.Interval.P50 / res.Request.P50
 	}
-	applies, err := tenantsApplies(logPath, applyFrom)
+	applies, err := tenantsApplies(logPath, applyFrom, o.Shards > 0)
 	if err == nil {
 		res.TenantsApply = stats(applies)
 	}
@@ -249,7 +287,7 @@ func waitReleasesReady(ctx context.Context, cp *controlplane.ControlPlane, n int
 
 // tenantsApplies reads how long each reconciliation of dataplane-tenants
 // took from kustomize-controller's log, skipping the first skip.
-func tenantsApplies(logPath string, skip int) ([]time.Duration, error) {
+func tenantsApplies(logPath string, skip int, shards bool) ([]time.Duration, error) {
 	f, err := os.Open(logPath)
 	if err != nil {
 		return nil, err
@@ -265,7 +303,8 @@ func tenantsApplies(logPath string, skip int) ([]time.Duration, error) {
 				Name string `json:"name"`
 			} `json:"Kustomization"`
 		}
-		if json.Unmarshal(sc.Bytes(), &l) != nil || l.Kustomization.Name != "dataplane-tenants" {
+		if json.Unmarshal(sc.Bytes(), &l) != nil || shards != strings.HasPrefix(l.Kustomization.Name, "tenants-") ||
+			!shards && l.Kustomization.Name != "dataplane-tenants" {
 			continue
 		}
 		rest, ok := strings.CutPrefix(l.Msg, "Reconciliation finished in ")
@@ -289,6 +328,9 @@ func LiveTable(results []LiveResult) string {
 	for _, r := range results {
 		if len(r.KustomizeFlags) > 0 {
 			fmt.Fprintf(&b, "(kustomize-controller %s)\n", strings.Join(r.KustomizeFlags, " "))
+		}
+		if r.Shards > 0 {
+			fmt.Fprintf(&b, "(%d shard folders per tier, each applied by a Kustomization of its own from the worker's ExternalArtifact; the apply column is theirs)\n", r.Shards)
 		}
 		fmt.Fprintf(&b, "%8d | %10.0f / %9.0f | %10.0f / %9.0f | %9.1f | %11.0f / %10.0f\n", r.Tenants,
 			r.Request.P50, r.Request.P95, r.Interval.P50, r.Interval.P95, r.IntervalOverRequest, r.TenantsApply.P50, r.TenantsApply.P95)
