@@ -280,3 +280,44 @@ func TestWorkerPublishesShardArtifacts(t *testing.T) {
 	h.waitFor(name+" applied at the offboarding's commit", 3*time.Minute, func() bool { return applied() == "main@sha1:"+offboarded })
 	h.waitFor("pub-1's HelmRelease pruned", time.Minute, func() bool { return apierrors.IsNotFound(release()) })
 }
+
+// TestReadinessWithShardKustomizations: with each shard folder applied by a
+// Kustomization of its own from the worker's ExternalArtifact, the
+// readiness event of an onboarding still says ready once its HelmRelease
+// is, and that of its offboarding once it is gone; the worker runs with the
+// chart's readiness and artifacts rules.
+func TestReadinessWithShardKustomizations(t *testing.T) {
+	h := newHarness(t, false)
+	l := gitops.Layout{Root: templates.Root, Shards: 4, ShardKustomizations: true}
+	if err := h.httpBackend().WriteFile(repoName, "main", l.LayoutFile(), string(l.LayoutContent()), "shard folders with Kustomizations of their own"); err != nil {
+		t.Fatal(err)
+	}
+	resultsURL := h.withResults()
+	c := startCluster(t, h, "--feature-gates=ExternalArtifact=true")
+	kubeconfig := c.chartIdentity(t, map[string]any{"artifacts": map[string]any{"enabled": true}})
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	h.tune = chain(h.tune, func(o *config.Options) {
+		o.Kubeconfig, o.ReadyTimeout = kubeconfig, 2*time.Minute
+		o.ArtifactAddr, o.ArtifactURL = addr, "http://"+addr
+	})
+	h.start()
+	id := h.send(h.q.onboarding, `{"tenant_id":"rs-1","tenant_tier":"premium","release_version":"0.0"}`)
+	if ev := waitReadiness(t, h, resultsURL, id, 3*time.Minute); ev.Outcome != "ready" {
+		t.Fatalf("onboarding's readiness event: %+v", ev)
+	}
+	if hr := c.release(t, "rs-1-premium"); hr == nil || !controlplane.ConditionTrue(hr, "Ready") {
+		t.Fatalf("the event says ready, the HelmRelease is %v", hr)
+	}
+	id = h.send(h.q.offboarding, `{"tenant_id":"rs-1","tenant_tier":"premium"}`)
+	if ev := waitReadiness(t, h, resultsURL, id, 3*time.Minute); ev.Outcome != "ready" {
+		t.Fatalf("offboarding's readiness event: %+v", ev)
+	}
+	if hr := c.release(t, "rs-1-premium"); hr != nil && hr.GetDeletionTimestamp() == nil {
+		t.Fatalf("the event says the offboarding is done, the HelmRelease is still there")
+	}
+}

@@ -37,11 +37,12 @@ type cluster struct {
 }
 
 // startCluster runs a control plane for h's repository until the test ends.
-func startCluster(t *testing.T, h *harness) *cluster {
+// kustomizeFlags are added to kustomize-controller's.
+func startCluster(t *testing.T, h *harness, kustomizeFlags ...string) *cluster {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
-	cp, err := controlplane.Start(ctx, t.TempDir(), controlplane.Options{ControllerManager: true, Flux: true})
+	cp, err := controlplane.Start(ctx, t.TempDir(), controlplane.Options{ControllerManager: true, Flux: true, KustomizeFlags: kustomizeFlags})
 	if err != nil {
 		t.Fatal(err)
 	}
