@@ -277,6 +277,7 @@ func Run(ctx context.Context, c Config) error {
 			Bool("reconcile_requests", o.FluxReconcile).Dur("timeout", o.ReadyTimeout).Msg("following each pushed change into the cluster")
 	}
 	if artifactPub != nil {
+		artifactPub.BuildWith(rebuildFrom(p))
 		wg.Go(func() { servePublisher(ctx, o, artifactLn, artifactPub, p, pushed) })
 	}
 	for _, c := range consumers {

@@ -8,6 +8,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/go-git/go-git/v5/plumbing"
 	"github.com/rs/zerolog"
 	"k8s.io/client-go/dynamic"
 
@@ -46,6 +47,24 @@ func artifacts(o wconfig.Options) (*publish.Publisher, error) {
 	}
 	return publish.New(publish.Options{Layout: gitops.Layout{Root: o.GitopsRoot}, Namespace: o.FluxNamespace,
 		URL: o.ArtifactURL, Client: dyn, Branch: o.GitBranch, Template: template}), nil
+}
+
+// rebuildFrom lets the publisher build again, from p's clone, an archive
+// another replica published.
+func rebuildFrom(p *pipeline.Pipeline) func(ctx context.Context, commit string, fn func(publish.Source) error) error {
+	return func(ctx context.Context, commit string, fn func(publish.Source) error) error {
+		h := plumbing.NewHash(commit)
+		if h.String() != commit {
+			return errors.New("not a commit")
+		}
+		return p.ReadAt(ctx, h, func(r gitops.Reader) error {
+			src, ok := r.(publish.Source)
+			if !ok {
+				return errors.New("the branch is not a git snapshot")
+			}
+			return fn(src)
+		})
+	}
 }
 
 // servePublisher serves the archives on ARTIFACT_ADDR and publishes the

@@ -214,6 +214,27 @@ func (p *Pipeline) Read(ctx context.Context, fn func(r gitops.Reader) error) err
 	return fn(snap)
 }
 
+// ReadAt calls fn with the snapshot of commit, under the repository lock,
+// fetching the branch first when the clone does not have it.
+func (p *Pipeline) ReadAt(ctx context.Context, commit plumbing.Hash, fn func(r gitops.Reader) error) error {
+	select {
+	case p.lock <- struct{}{}:
+	case <-ctx.Done():
+		return fmt.Errorf("wait for the repository lock: %w", context.Cause(ctx))
+	}
+	defer func() { <-p.lock }()
+	snap, err := p.repo.Snapshot(commit)
+	if err != nil {
+		if _, ferr := p.repo.Fetch(ctx); ferr != nil {
+			return fmt.Errorf("open %s: %w (fetch: %v)", commit, err, ferr)
+		}
+		if snap, err = p.repo.Snapshot(commit); err != nil {
+			return fmt.Errorf("open %s: %w", commit, err)
+		}
+	}
+	return fn(snap)
+}
+
 // apply is Apply, pushing nothing when dryRun.
 func (p *Pipeline) apply(ctx context.Context, jobs []Job, dryRun bool) []Result {
 	results := make([]Result, len(jobs))

@@ -58,6 +58,11 @@ type Options struct {
 	// folder) whose settings each shard's Kustomization takes: interval,
 	// prune, timeout, post-build substitutions, service account.
 	Template string
+	// At, if set, calls fn with the snapshot of a commit (fetched if this
+	// replica does not have it yet): an archive another replica published
+	// is built again on request, so that any replica behind a Service
+	// serves any URL (the bytes depend on the folder alone).
+	At func(ctx context.Context, commit string, fn func(Source) error) error
 }
 
 // Publisher serves the archives and writes the objects. It is safe for
@@ -82,24 +87,61 @@ func New(o Options) *Publisher {
 	return &Publisher{o: o, served: map[string][]byte{}, byName: map[string][]string{}, trees: map[string]string{}, applied: map[string]bool{}}
 }
 
+// BuildWith sets Options.At; call it before serving.
+func (p *Publisher) BuildWith(at func(ctx context.Context, commit string, fn func(Source) error) error) {
+	p.o.At = at
+}
+
 // Name is the ExternalArtifact of a tier's shard folder.
 func Name(tier, shard string) string { return "tenants-" + tier + "-" + shard }
 
-// ServeHTTP serves GET /<digest hex>.tar.gz.
+// ServeHTTP serves GET /<commit>/<tier>/<shard>/<digest hex>.tar.gz: an
+// archive this replica published, or, with Options.At, one it builds again
+// from that commit's folder, served only when its digest is the one named.
 func (p *Publisher) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if r.Method != http.MethodGet && r.Method != http.MethodHead {
 		http.Error(w, "method not allowed", http.StatusMethodNotAllowed)
 		return
 	}
+	key := strings.TrimPrefix(path.Clean("/"+r.URL.Path), "/")
 	p.mu.Lock()
-	data, ok := p.served[path.Base(r.URL.Path)]
+	data, ok := p.served[key]
 	p.mu.Unlock()
+	if !ok && p.o.At != nil { // set before the handler serves (BuildWith)
+		data, ok = p.rebuild(r.Context(), key)
+	}
 	if !ok {
 		http.NotFound(w, r)
 		return
 	}
 	w.Header().Set("Content-Type", "application/gzip")
 	w.Write(data)
+}
+
+// rebuild builds the archive a key names from its commit's folder.
+func (p *Publisher) rebuild(ctx context.Context, key string) ([]byte, bool) {
+	parts := strings.Split(key, "/")
+	if len(parts) != 4 || !strings.HasSuffix(parts[3], ".tar.gz") || !strings.HasPrefix(parts[2], "shard-") {
+		return nil, false
+	}
+	commit, tier, shard, digest := parts[0], parts[1], parts[2], strings.TrimSuffix(parts[3], ".tar.gz")
+	var data []byte
+	err := p.o.At(ctx, commit, func(src Source) error {
+		a, err := artifact.Build(src, path.Join(p.o.Layout.TierDir(tier), shard))
+		if err != nil {
+			return err
+		}
+		if a.Digest != "sha256:"+digest {
+			return errors.New("another digest")
+		}
+		data = a.Data
+		return nil
+	})
+	if err != nil {
+		return nil, false
+	}
+	p.serve(Name(tier, shard), key, data)
+	return data, true
 }
 
 // Folder is one published folder.
@@ -165,7 +207,7 @@ func (p *Publisher) publish(ctx context.Context, snap Source, commit, tier, shar
 		return f, err
 	}
 	f.Revision = a.Revision
-	file := strings.TrimPrefix(a.Digest, "sha256:") + ".tar.gz"
+	file := path.Join(commit, tier, shard, strings.TrimPrefix(a.Digest, "sha256:")+".tar.gz")
 	p.serve(f.Name, file, a.Data)
 	f.Changed, err = p.point(ctx, f.Name, file, a, commit)
 	if err != nil {
@@ -247,14 +289,20 @@ func (p *Publisher) point(ctx context.Context, name, file string, a artifact.Art
 		return false, err
 	}
 	if rev, _, _ := unstructured.NestedString(obj.Object, "status", "artifact", "revision"); rev == a.Revision {
-		return false, nil // published before (by this replica before a restart, or another)
+		// Published before (by this replica before a restart, or another,
+		// at another commit): the same digest is the same bytes, served
+		// here under the URL the object names too.
+		if u, _, _ := unstructured.NestedString(obj.Object, "status", "artifact", "url"); strings.HasPrefix(u, strings.TrimSuffix(p.o.URL, "/")+"/") {
+			p.serve(name, strings.TrimPrefix(u, strings.TrimSuffix(p.o.URL, "/")+"/"), a.Data)
+		}
+		return false, nil
 	}
 	now := time.Now().UTC().Format(time.RFC3339)
 	origin := p.o.Branch + "@sha1:" + commit
 	status := map[string]any{
 		"artifact": map[string]any{
 			"digest": a.Digest, "revision": a.Revision, "lastUpdateTime": now,
-			"path": name + "/" + file, "url": strings.TrimSuffix(p.o.URL, "/") + "/" + file,
+			"path": file, "url": strings.TrimSuffix(p.o.URL, "/") + "/" + file,
 			"size":     int64(len(a.Data)),
 			"metadata": map[string]any{OriginRevision: origin},
 		},

@@ -1,9 +1,16 @@
 package publish
 
 import (
+	"bytes"
+	"context"
+	"io/fs"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"testing"
+
+	"github.com/tenant-worker/tenant-worker/internal/artifact"
+	"github.com/tenant-worker/tenant-worker/internal/gitops"
 )
 
 // TestServeKeepsWhatAnObjectMayPointAt: each folder's current archive and
@@ -36,3 +43,82 @@ func TestServeKeepsWhatAnObjectMayPointAt(t *testing.T) {
 		t.Fatal("an archive nobody points at is still served")
 	}
 }
+
+// TestServeBuildsWhatAnotherReplicaPublished: a URL this replica did not
+// publish is built again from the commit's folder it names, and served
+// only when its digest is the one named.
+func TestServeBuildsWhatAnotherReplicaPublished(t *testing.T) {
+	src := gitopsTree{
+		"root/tenants/premium/shard-01/kustomization.yaml": "resources:\n  - a.yaml\n",
+		"root/tenants/premium/shard-01/a.yaml":             "kind: ConfigMap\n",
+	}
+	a, err := artifact.Build(src, "root/tenants/premium/shard-01")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := New(Options{Layout: gitops.Layout{Root: "root"}})
+	var asked []string
+	p.BuildWith(func(_ context.Context, commit string, fn func(Source) error) error {
+		asked = append(asked, commit)
+		return fn(src)
+	})
+	get := func(path string) (int, []byte) {
+		rec := httptest.NewRecorder()
+		p.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, path, nil))
+		return rec.Code, rec.Body.Bytes()
+	}
+	hex := strings.TrimPrefix(a.Digest, "sha256:")
+	if code, body := get("/c1/premium/shard-01/" + hex + ".tar.gz"); code != 200 || !bytes.Equal(body, a.Data) {
+		t.Fatalf("rebuilt: %d, %d bytes, want the %d of the archive", code, len(body), len(a.Data))
+	}
+	if code, _ := get("/c1/premium/shard-01/" + strings.Repeat("0", 64) + ".tar.gz"); code != 404 {
+		t.Errorf("another digest: %d, want 404", code)
+	}
+	if code, _ := get("/c1/premium/../../etc/" + hex + ".tar.gz"); code != 404 {
+		t.Errorf("a path out of the tenants folder: %d, want 404", code)
+	}
+	if len(asked) != 2 || asked[0] != "c1" {
+		t.Errorf("commits built from: %v", asked)
+	}
+}
+
+// gitopsTree is a Source over paths to contents; a content's id is itself.
+type gitopsTree map[string]string
+
+func (t gitopsTree) ReadFile(name string) ([]byte, error) {
+	if c, ok := t[name]; ok {
+		return []byte(c), nil
+	}
+	return nil, fs.ErrNotExist
+}
+
+func (t gitopsTree) ReadDir(name string) ([]string, error) {
+	_, dirs, err := t.Entries(name)
+	return dirs, err
+}
+
+func (t gitopsTree) Entries(dir string) (map[string]string, []string, error) {
+	files, seen := map[string]string{}, map[string]bool{}
+	var dirs []string
+	for p, c := range t {
+		rest, ok := strings.CutPrefix(p, dir+"/")
+		if !ok {
+			continue
+		}
+		if d, _, nested := strings.Cut(rest, "/"); nested {
+			if !seen[d] {
+				seen[d] = true
+				dirs = append(dirs, d)
+			}
+		} else {
+			files[rest] = c
+		}
+	}
+	if len(files) == 0 && len(dirs) == 0 {
+		return nil, nil, fs.ErrNotExist
+	}
+	return files, dirs, nil
+}
+
+func (t gitopsTree) ReadBlob(id string) ([]byte, error) { return []byte(id), nil }
+func (t gitopsTree) DirHash(dir string) (string, error) { return dir, nil }
