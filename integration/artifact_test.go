@@ -34,17 +34,8 @@ import (
 // commit as its origin revision, and an offboarding is pruned.
 func TestShardArtifactsOnARealControlPlane(t *testing.T) {
 	ctx := context.Background()
-	cp, err := controlplane.Start(ctx, t.TempDir(), controlplane.Options{Flux: true,
+	cp := startControlPlane(t, controlplane.Options{Flux: true,
 		KustomizeFlags: []string{"--feature-gates=ExternalArtifact=true"}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(cp.Close)
-	t.Cleanup(func() {
-		if t.Failed() {
-			t.Log(cp.Logs("kustomize-controller", 40))
-		}
-	})
 
 	// The branch: premium tenants in 2 shard folders.
 	srv, err := gitserver.Start(t.TempDir(), "127.0.0.1:0", "tok")
@@ -200,35 +191,15 @@ func TestWorkerPublishesShardArtifacts(t *testing.T) {
 	if err := h.httpBackend().WriteFile(repoName, "main", l.LayoutFile(), string(l.LayoutContent()), "shard folders with Kustomizations of their own"); err != nil {
 		t.Fatal(err)
 	}
-	cp, err := controlplane.Start(ctx, t.TempDir(), controlplane.Options{Flux: true,
-		KustomizeFlags: []string{"--feature-gates=ExternalArtifact=true"}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(cp.Close)
-	t.Cleanup(func() {
-		if t.Failed() {
-			t.Log(cp.Logs("kustomize-controller", 30))
-		}
-	})
-	if _, err := cp.InstallPlatform(ctx, t.TempDir(), controlplane.PlatformOptions{
-		RepoURL: h.git.RepoURL(repoName), Username: "git", Password: h.token}); err != nil {
-		t.Fatal(err)
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	ln.Close()
+	c := startCluster(t, h, "--feature-gates=ExternalArtifact=true")
+	cp := c.ControlPlane
 	// The worker runs as the chart's ServiceAccount with the artifacts
 	// rules alone (readiness off): what they do not grant fails this test.
-	kubeconfig := (&cluster{ControlPlane: cp}).chartIdentity(t, map[string]any{
+	kubeconfig := c.chartIdentity(t, map[string]any{
 		"readiness": map[string]any{"enabled": false}, "artifacts": map[string]any{"enabled": true}})
-	h.tune = func(o *config.Options) {
+	h.tune = chain(publishing(t), func(o *config.Options) {
 		o.Kubeconfig, o.Readiness = kubeconfig, "off"
-		o.ArtifactAddr, o.ArtifactURL = addr, "http://"+addr
-	}
+	})
 	h.start()
 
 	name := publish.Name("premium", l.Shard("pub-1"))
@@ -295,15 +266,8 @@ func TestReadinessWithShardKustomizations(t *testing.T) {
 	resultsURL := h.withResults()
 	c := startCluster(t, h, "--feature-gates=ExternalArtifact=true")
 	kubeconfig := c.chartIdentity(t, map[string]any{"artifacts": map[string]any{"enabled": true}})
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	ln.Close()
-	h.tune = chain(h.tune, func(o *config.Options) {
+	h.tune = chain(chain(h.tune, publishing(t)), func(o *config.Options) {
 		o.Kubeconfig, o.ReadyTimeout = kubeconfig, 2*time.Minute
-		o.ArtifactAddr, o.ArtifactURL = addr, "http://"+addr
 	})
 	h.start()
 	id := h.send(h.q.onboarding, `{"tenant_id":"rs-1","tenant_tier":"premium","release_version":"0.0"}`)
@@ -320,4 +284,17 @@ func TestReadinessWithShardKustomizations(t *testing.T) {
 	if hr := c.release(t, "rs-1-premium"); hr != nil && hr.GetDeletionTimestamp() == nil {
 		t.Fatalf("the event says the offboarding is done, the HelmRelease is still there")
 	}
+}
+
+// publishing sets a worker to publish shard folders (ARTIFACT_URL) on a
+// free loopback port.
+func publishing(t *testing.T) func(*config.Options) {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	return func(o *config.Options) { o.ArtifactAddr, o.ArtifactURL = addr, "http://"+addr }
 }

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -78,39 +77,16 @@ func TestLayoutMigrationKeepsEveryTenant(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { srv.Close() })
-	files, err := templates.Files()
+	seed, err := templates.WithTenants("premium", migIDs(tenants)...)
 	if err != nil {
 		t.Fatal(err)
 	}
-	seed := fstest.MapFS{}
-	for p, b := range files {
-		seed[p] = &fstest.MapFile{Data: b}
-	}
-	k := templates.Root + "/tenants/premium/kustomization.yaml"
-	list := strings.TrimRight(string(files[k]), "\n") + "\n"
-	tmpl := string(files[templates.Root+"/tier-templates/premium_tenant_template.yaml"])
-	for i := range tenants {
-		id := fmt.Sprintf("mig-%d", i)
-		seed[templates.Root+"/tenants/premium/"+id+".yaml"] = &fstest.MapFile{
-			Data: []byte(strings.NewReplacer("{TENANT_ID}", id, "{RELEASE_VERSION}", "0.0").Replace(tmpl))}
-		list += "  - " + id + ".yaml\n"
-	}
-	seed[k] = &fstest.MapFile{Data: []byte(list)}
 	url, err := srv.CreateRepo("gitops.git", "main", seed)
 	if err != nil {
 		t.Fatal(err)
 	}
 
-	cp, err := controlplane.Start(ctx, t.TempDir(), controlplane.Options{ControllerManager: true, Flux: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(cp.Close)
-	t.Cleanup(func() {
-		if t.Failed() {
-			t.Log(cp.Logs("kustomize-controller", 30))
-		}
-	})
+	cp := startControlPlane(t, controlplane.Options{ControllerManager: true, Flux: true})
 	var releases, spaces deletions
 	releases.added, spaces.added = map[string]bool{}, map[string]bool{}
 	releases.watch(t, cp, flux.HelmReleases, controlplane.Namespace)
@@ -227,24 +203,10 @@ func TestHandoverToShardKustomizationsKeepsEveryTenant(t *testing.T) {
 	srv := h.httpBackend()
 
 	// The branch: the tenants already in 4 shard folders per tier.
-	files, err := templates.Files()
+	seed, err := templates.WithTenants("premium", migIDs(tenants)...)
 	if err != nil {
 		t.Fatal(err)
 	}
-	seed := fstest.MapFS{}
-	for p, b := range files {
-		seed[p] = &fstest.MapFile{Data: b}
-	}
-	k := templates.Root + "/tenants/premium/kustomization.yaml"
-	list := strings.TrimRight(string(files[k]), "\n") + "\n"
-	tmpl := string(files[templates.Root+"/tier-templates/premium_tenant_template.yaml"])
-	for i := range tenants {
-		id := fmt.Sprintf("mig-%d", i)
-		seed[templates.Root+"/tenants/premium/"+id+".yaml"] = &fstest.MapFile{
-			Data: []byte(strings.NewReplacer("{TENANT_ID}", id, "{RELEASE_VERSION}", "0.0").Replace(tmpl))}
-		list += "  - " + id + ".yaml\n"
-	}
-	seed[k] = &fstest.MapFile{Data: []byte(list)}
 	moved, err := gitops.Layout{Root: templates.Root}.Migrate(gitops.FS{FS: seed}, 4)
 	if err != nil {
 		t.Fatal(err)
@@ -263,17 +225,8 @@ func TestHandoverToShardKustomizationsKeepsEveryTenant(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	cp, err := controlplane.Start(ctx, t.TempDir(), controlplane.Options{ControllerManager: true, Flux: true,
+	cp := startControlPlane(t, controlplane.Options{ControllerManager: true, Flux: true,
 		KustomizeFlags: []string{"--feature-gates=ExternalArtifact=true"}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(cp.Close)
-	t.Cleanup(func() {
-		if t.Failed() {
-			t.Log(cp.Logs("kustomize-controller", 30))
-		}
-	})
 	var releases, spaces deletions
 	releases.added, spaces.added = map[string]bool{}, map[string]bool{}
 	releases.watch(t, cp, flux.HelmReleases, controlplane.Namespace)
@@ -318,16 +271,9 @@ func TestHandoverToShardKustomizationsKeepsEveryTenant(t *testing.T) {
 		t.Fatalf("%d tenants' HelmReleases applied, want %d", len(before), tenants)
 	}
 
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	ln.Close()
-	h.tune = func(o *config.Options) {
+	h.tune = chain(publishing(t), func(o *config.Options) {
 		o.Kubeconfig, o.Readiness = cp.Kubeconfig, "off"
-		o.ArtifactAddr, o.ArtifactURL = addr, "http://"+addr
-	}
+	})
 	h.start()
 
 	tokenFile := filepath.Join(t.TempDir(), "token")
@@ -436,4 +382,13 @@ func uids(t *testing.T, cp *controlplane.ControlPlane, prefix string) map[string
 		}
 	}
 	return out
+}
+
+// migIDs are the ids mig-0 to mig-(n-1).
+func migIDs(n int) []string {
+	ids := make([]string, n)
+	for i := range ids {
+		ids[i] = fmt.Sprintf("mig-%d", i)
+	}
+	return ids
 }

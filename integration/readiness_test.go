@@ -42,25 +42,34 @@ func startCluster(t *testing.T, h *harness, kustomizeFlags ...string) *cluster {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
-	cp, err := controlplane.Start(ctx, t.TempDir(), controlplane.Options{ControllerManager: true, Flux: true, KustomizeFlags: kustomizeFlags})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(cp.Close)
+	cp := startControlPlane(t, controlplane.Options{ControllerManager: true, Flux: true, KustomizeFlags: kustomizeFlags})
 	c := &cluster{ControlPlane: cp, standIn: cp.StartStandIn(ctx)}
+	var err error
 	if c.platform, err = cp.InstallPlatform(ctx, t.TempDir(), controlplane.PlatformOptions{
 		RepoURL: h.git.RepoURL(repoName), Username: "git", Password: h.token,
 	}); err != nil {
 		t.Fatal(err)
 	}
+	return c
+}
+
+// startControlPlane runs a control plane until the test ends; Flux's
+// controllers' logs are shown when the test fails.
+func startControlPlane(t *testing.T, o controlplane.Options) *controlplane.ControlPlane {
+	t.Helper()
+	cp, err := controlplane.Start(context.Background(), t.TempDir(), o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(cp.Close)
 	t.Cleanup(func() {
-		if t.Failed() {
+		if t.Failed() && o.Flux {
 			for _, name := range []string{"source-controller", "kustomize-controller", "helm-controller"} {
 				t.Logf("%s log:\n%s", name, cp.Logs(name, 3000))
 			}
 		}
 	})
-	return c
+	return cp
 }
 
 // chartIdentity applies the ServiceAccount and the readiness RBAC the

@@ -6,7 +6,9 @@ package templates
 
 import (
 	"embed"
+	"fmt"
 	"io/fs"
+	"strings"
 	"testing/fstest"
 )
 
@@ -41,4 +43,29 @@ func MapFS() (fstest.MapFS, error) {
 		m[p] = &fstest.MapFile{Data: b}
 	}
 	return m, err
+}
+
+// WithTenants returns MapFS with the tenants ids of tier onboarded as the
+// reference's scripts onboard them: each file rendered from the tier
+// template by plain substitution at release 0.0, and listed in the tier's
+// kustomization.
+func WithTenants(tier string, ids ...string) (fstest.MapFS, error) {
+	m, err := MapFS()
+	if err != nil {
+		return nil, err
+	}
+	tmpl, ok := m[Root+"/tier-templates/"+tier+"_tenant_template.yaml"]
+	k, listed := m[Root+"/tenants/"+tier+"/kustomization.yaml"]
+	if !ok || !listed {
+		return nil, fmt.Errorf("no tier %q", tier)
+	}
+	var list strings.Builder
+	list.WriteString(strings.TrimRight(string(k.Data), "\n") + "\n")
+	for _, id := range ids {
+		m[Root+"/tenants/"+tier+"/"+id+".yaml"] = &fstest.MapFile{
+			Data: []byte(strings.NewReplacer("{TENANT_ID}", id, "{RELEASE_VERSION}", "0.0").Replace(string(tmpl.Data)))}
+		list.WriteString("  - " + id + ".yaml\n")
+	}
+	k.Data = []byte(list.String())
+	return m, nil
 }

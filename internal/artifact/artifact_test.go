@@ -14,38 +14,14 @@ import (
 	"testing"
 
 	"github.com/tenant-worker/tenant-worker/internal/gitrepo"
+	"github.com/tenant-worker/tenant-worker/internal/testenv/memtree"
 )
 
 // The worker's git snapshots are a Source.
 var _ Source = (*gitrepo.Snapshot)(nil)
 
-// tree is a Source over paths to contents; a content's id is itself.
-type tree map[string]string
-
-func (t tree) Entries(dir string) (map[string]string, []string, error) {
-	files, seen := map[string]string{}, map[string]bool{}
-	var dirs []string
-	for p, c := range t {
-		rest, ok := strings.CutPrefix(p, dir+"/")
-		if !ok {
-			continue
-		}
-		if d, _, nested := strings.Cut(rest, "/"); nested {
-			if !seen[d] {
-				seen[d] = true
-				dirs = append(dirs, d)
-			}
-			continue
-		}
-		files[rest] = c
-	}
-	if len(files) == 0 && len(dirs) == 0 {
-		return nil, nil, fs.ErrNotExist
-	}
-	return files, dirs, nil
-}
-
-func (t tree) ReadBlob(id string) ([]byte, error) { return []byte(id), nil }
+// tree is a Source over paths to contents.
+type tree = memtree.Tree
 
 // unpack reads an archive back as kustomize-controller's untar does: gzip
 // first, names relative, no way out of the folder.

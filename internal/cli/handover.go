@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"path"
 	"slices"
 	"strings"
 	"time"
@@ -68,7 +69,7 @@ func handover(ctx context.Context, opts config.Options, repo *gitrepo.Repo, base
 		return fail(err)
 	}
 	if !into {
-		if err := h.back(ctx, repo, base, l, tenantsK, timeout, dryRun, stdout); err != nil {
+		if err := h.back(ctx, repo, base, l, tenantsK, timeout, dryRun, stdout, stderr); err != nil {
 			return fail(err)
 		}
 		return 0
@@ -85,7 +86,7 @@ func handover(ctx context.Context, opts config.Options, repo *gitrepo.Repo, base
 		}
 		fmt.Fprintf(stdout, "%s has shard folders with Kustomizations of their own since %s: handing over\n", repo.Branch(), commit)
 	case dryRun:
-		msg, err := migrateOnce(ctx, repo, base, func(l gitops.Layout) gitops.Layout { l.ShardKustomizations = true; return l }, true, line)
+		msg, err := migrateOnce(ctx, repo, base, withShardKustomizations(true), true, line)
 		if err != nil {
 			return fail(err)
 		}
@@ -97,25 +98,16 @@ func handover(ctx context.Context, opts config.Options, repo *gitrepo.Repo, base
 		if err := h.suspend(ctx, tenantsK, true); err != nil {
 			return fail(err)
 		}
-		for attempt := 1; ; attempt++ {
-			msg, err := migrateOnce(ctx, repo, base, func(l gitops.Layout) gitops.Layout { l.ShardKustomizations = true; return l }, false, line)
-			if errors.Is(err, gitrepo.ErrConflict) && attempt < migrateAttempts {
-				if _, err := repo.Fetch(ctx); err != nil {
-					return fail(err)
-				}
-				continue
+		msg, err := migrate(ctx, repo, base, withShardKustomizations(true), false, line, stderr)
+		if err != nil {
+			// Nothing pushed: the tenants Kustomization applies as before.
+			if rerr := h.suspend(context.WithoutCancel(ctx), tenantsK, false); rerr != nil {
+				err = fmt.Errorf("%w (and resuming %s failed: %v; resume it by hand)", err, tenantsK, rerr)
 			}
-			if err != nil {
-				// Nothing pushed: the tenants Kustomization applies as before.
-				if rerr := h.suspend(context.WithoutCancel(ctx), tenantsK, false); rerr != nil {
-					err = fmt.Errorf("%w (and resuming %s failed: %v; resume it by hand)", err, tenantsK, rerr)
-				}
-				return fail(err)
-			}
-			line.Clear()
-			fmt.Fprintln(stdout, msg)
-			break
+			return fail(err)
 		}
+		line.Clear()
+		fmt.Fprintln(stdout, msg)
 		if commit, err = repo.Fetch(ctx); err != nil {
 			return fail(err)
 		}
@@ -130,10 +122,14 @@ func handover(ctx context.Context, opts config.Options, repo *gitrepo.Repo, base
 	if err != nil {
 		return fail(err)
 	}
+	tiers, err := l.Tiers(after)
+	if err != nil {
+		return fail(fmt.Errorf("list tiers: %w; %s stays suspended, which deletes nothing: run this again", err, tenantsK))
+	}
 	var names []string
-	for _, tier := range mustTiers(l, after) {
+	for _, tier := range tiers {
 		for _, dir := range l.ShardDirs(after, tier) {
-			names = append(names, publish.Name(tier, dir[strings.LastIndex(dir, "/")+1:]))
+			names = append(names, publish.Name(tier, path.Base(dir)))
 		}
 	}
 	slices.Sort(names)
@@ -166,9 +162,10 @@ func handover(ctx context.Context, opts config.Options, repo *gitrepo.Repo, base
 
 func short(h plumbing.Hash) string { return h.String()[:12] }
 
-func mustTiers(l gitops.Layout, r gitops.Reader) []string {
-	tiers, _ := l.Tiers(r)
-	return tiers
+// withShardKustomizations is the layout target that gives shard folders
+// Kustomizations of their own (own) or takes them away.
+func withShardKustomizations(own bool) func(gitops.Layout) gitops.Layout {
+	return func(l gitops.Layout) gitops.Layout { l.ShardKustomizations = own; return l }
 }
 
 // handing is the cluster side of a handover.
@@ -310,7 +307,7 @@ func (h *handing) madeBy(base gitops.Layout, head plumbing.Hash, own ...bool) (p
 
 // back hands the tenants back from the shard folders' Kustomizations to
 // the tenants Kustomization tenantsK (see layoutUsage).
-func (h *handing) back(ctx context.Context, repo *gitrepo.Repo, base, l gitops.Layout, tenantsK string, timeout time.Duration, dryRun bool, stdout io.Writer) error {
+func (h *handing) back(ctx context.Context, repo *gitrepo.Repo, base, l gitops.Layout, tenantsK string, timeout time.Duration, dryRun bool, stdout, stderr io.Writer) error {
 	shardKs, err := h.shardKustomizations(ctx)
 	if err != nil {
 		return err
@@ -319,7 +316,7 @@ func (h *handing) back(ctx context.Context, repo *gitrepo.Repo, base, l gitops.L
 		fmt.Fprintf(stdout, "%s has no shard folders with Kustomizations of their own: nothing to hand back\n", repo.Branch())
 		return nil
 	}
-	outOf := func(l gitops.Layout) gitops.Layout { l.ShardKustomizations = false; return l }
+	outOf := withShardKustomizations(false)
 	if dryRun {
 		if !l.ShardKustomizations {
 			fmt.Fprintf(stdout, "would delete %d shard Kustomizations; nothing was changed\n", len(shardKs))
@@ -342,21 +339,12 @@ func (h *handing) back(ctx context.Context, repo *gitrepo.Repo, base, l gitops.L
 	}
 	commit := repo.Head()
 	if l.ShardKustomizations {
-		for attempt := 1; ; attempt++ {
-			msg, err := migrateOnce(ctx, repo, base, outOf, false, h.line)
-			if errors.Is(err, gitrepo.ErrConflict) && attempt < migrateAttempts {
-				if _, err := repo.Fetch(ctx); err != nil {
-					return err
-				}
-				continue
-			}
-			if err != nil {
-				return fmt.Errorf("%w (the shard Kustomizations stay suspended, which deletes nothing: run this again)", err)
-			}
-			h.line.Clear()
-			fmt.Fprintln(stdout, msg)
-			break
+		msg, err := migrate(ctx, repo, base, outOf, false, h.line, stderr)
+		if err != nil {
+			return fmt.Errorf("%w (the shard Kustomizations stay suspended, which deletes nothing: run this again)", err)
 		}
+		h.line.Clear()
+		fmt.Fprintln(stdout, msg)
 		if commit, err = repo.Fetch(ctx); err != nil {
 			return err
 		}
@@ -386,7 +374,7 @@ func (h *handing) back(ctx context.Context, repo *gitrepo.Repo, base, l gitops.L
 	}
 	for _, name := range shardKs {
 		h.line.Show("deleting %s", name)
-		for _, gvr := range []schema.GroupVersionResource{flux.Kustomizations, publish.ExternalArtifacts} {
+		for _, gvr := range []schema.GroupVersionResource{flux.Kustomizations, flux.ExternalArtifacts} {
 			if err := h.dyn.Resource(gvr).Namespace(h.ns).Delete(ctx, name, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
 				return fmt.Errorf("delete %s %s: %w", gvr.Resource, name, err)
 			}

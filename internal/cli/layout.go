@@ -94,8 +94,8 @@ func layoutCmd(args []string, stdout, stderr io.Writer, getenv func(string) stri
 		fmt.Fprintf(stderr, "tenant-worker layout: want show or migrate, got %q\n", fs.Args())
 		return 2
 	}
-	migrate := fs.Arg(0) == "migrate"
-	if migrate && (*own || *back) {
+	migrating := fs.Arg(0) == "migrate"
+	if migrating && (*own || *back) {
 		if *own && *back {
 			fmt.Fprintln(stderr, "tenant-worker layout migrate: --shard-kustomizations or --no-shard-kustomizations, not both")
 			return 2
@@ -104,7 +104,7 @@ func layoutCmd(args []string, stdout, stderr io.Writer, getenv func(string) stri
 			fmt.Fprintln(stderr, "tenant-worker layout migrate: --shard-kustomizations keeps the shard folders as they are: move them with --shards first")
 			return 2
 		}
-	} else if migrate && (*shards < 0 || *shards > gitops.MaxShards) {
+	} else if migrating && (*shards < 0 || *shards > gitops.MaxShards) {
 		fmt.Fprintf(stderr, "tenant-worker layout migrate: --shards must be 0 to %d\n", gitops.MaxShards)
 		return 2
 	}
@@ -116,7 +116,7 @@ func layoutCmd(args []string, stdout, stderr io.Writer, getenv func(string) stri
 		return code
 	}
 	base := gitops.Layout{Root: opts.GitopsRoot}
-	if !migrate {
+	if !migrating {
 		snap, err := repo.Snapshot(repo.Head())
 		if err != nil {
 			fmt.Fprintf(stderr, "tenant-worker layout: %v\n", err)
@@ -127,35 +127,42 @@ func layoutCmd(args []string, stdout, stderr io.Writer, getenv func(string) stri
 			fmt.Fprintf(stderr, "tenant-worker layout: %v\n", err)
 			return 1
 		}
-		fmt.Fprintf(stdout, "%s at %s: %s\n", opts.GitBranch, repo.Head(), describeLayout(l))
+		fmt.Fprintf(stdout, "%s at %s: %s\n", opts.GitBranch, repo.Head(), l.Describe())
 		return 0
 	}
 	if *own || *back {
 		return handover(ctx, opts, repo, base, *own, *wait, *dryRun, line, stdout, stderr)
 	}
+	msg, err := migrate(ctx, repo, base, func(l gitops.Layout) gitops.Layout {
+		l.Shards = *shards
+		if *shards == 0 {
+			l.ShardKustomizations = false
+		}
+		return l
+	}, *dryRun, line, stderr)
+	line.Clear()
+	if err != nil {
+		fmt.Fprintf(stderr, "tenant-worker layout migrate: %v\n", err)
+		return 1
+	}
+	fmt.Fprintln(stdout, msg)
+	return 0
+}
+
+// migrate is migrateOnce, started again from the new head when a worker's
+// push lands first (at most migrateAttempts times).
+func migrate(ctx context.Context, repo *gitrepo.Repo, base gitops.Layout, target func(gitops.Layout) gitops.Layout,
+	dryRun bool, line *progress.Line, stderr io.Writer) (string, error) {
 	for attempt := 1; ; attempt++ {
-		msg, err := migrateOnce(ctx, repo, base, func(l gitops.Layout) gitops.Layout {
-			l.Shards = *shards
-			if *shards == 0 {
-				l.ShardKustomizations = false
-			}
-			return l
-		}, *dryRun, line)
+		msg, err := migrateOnce(ctx, repo, base, target, dryRun, line)
+		if !errors.Is(err, gitrepo.ErrConflict) || attempt == migrateAttempts {
+			return msg, err
+		}
 		line.Clear()
-		if errors.Is(err, gitrepo.ErrConflict) && attempt < migrateAttempts {
-			fmt.Fprintf(stderr, "tenant-worker layout: %s moved while migrating; starting again from it\n", opts.GitBranch)
-			if _, err := repo.Fetch(ctx); err != nil {
-				fmt.Fprintf(stderr, "tenant-worker layout: %v\n", err)
-				return 1
-			}
-			continue
+		fmt.Fprintf(stderr, "tenant-worker layout: %s moved while migrating; starting again from it\n", repo.Branch())
+		if _, err := repo.Fetch(ctx); err != nil {
+			return "", err
 		}
-		if err != nil {
-			fmt.Fprintf(stderr, "tenant-worker layout migrate: %v\n", err)
-			return 1
-		}
-		fmt.Fprintln(stdout, msg)
-		return 0
 	}
 }
 
@@ -178,7 +185,7 @@ func migrateOnce(ctx context.Context, repo *gitrepo.Repo, base gitops.Layout, ta
 		return "", err
 	}
 	if len(files) == 0 {
-		return fmt.Sprintf("%s is laid out %s already: nothing to change", head, describeLayout(to)), nil
+		return fmt.Sprintf("%s is laid out %s already: nothing to change", head, to.Describe()), nil
 	}
 	moved := 0
 	for p, c := range files {
@@ -186,7 +193,7 @@ func migrateOnce(ctx context.Context, repo *gitrepo.Repo, base gitops.Layout, ta
 			moved++
 		}
 	}
-	subject := fmt.Sprintf("Layout: tenant files %s", describeLayout(to))
+	subject := fmt.Sprintf("Layout: tenant files %s", to.Describe())
 	commit, err := repo.Commit(head, files, subject+"\n\nWritten by `tenant-worker layout migrate`: files moved byte for byte, the objects Flux applies unchanged.")
 	if err != nil {
 		return "", fmt.Errorf("commit: %w", err)
@@ -210,22 +217,11 @@ func migrateOnce(ctx context.Context, repo *gitrepo.Repo, base gitops.Layout, ta
 	}
 	if dryRun {
 		return fmt.Sprintf("would move %d tenant files (%d paths changed) to lay out %s %s; nothing was pushed",
-			moved, len(files), repo.Branch(), describeLayout(to)), nil
+			moved, len(files), repo.Branch(), to.Describe()), nil
 	}
 	line.Show("pushing")
 	if err := repo.Push(ctx, head, commit); err != nil {
 		return "", err
 	}
-	return fmt.Sprintf("moved %d tenant files (%d paths changed): %s is laid out %s at %s", moved, len(files), repo.Branch(), describeLayout(to), commit), nil
-}
-
-// describeLayout says where a layout puts tenant files.
-func describeLayout(l gitops.Layout) string {
-	switch {
-	case l.Shards == 0:
-		return "in each tier's folder"
-	case l.ShardKustomizations:
-		return fmt.Sprintf("in %d shard folders per tier, each applied by a Kustomization of its own", l.Shards)
-	}
-	return fmt.Sprintf("in %d shard folders per tier", l.Shards)
+	return fmt.Sprintf("moved %d tenant files (%d paths changed): %s is laid out %s at %s", moved, len(files), repo.Branch(), to.Describe(), commit), nil
 }

@@ -9,7 +9,6 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
-	"testing/fstest"
 
 	"github.com/tenant-worker/tenant-worker/internal/gitops"
 	"github.com/tenant-worker/tenant-worker/internal/testenv/gitserver"
@@ -25,22 +24,14 @@ func layoutRepo(t *testing.T, n int) (*gitserver.Server, map[string]string) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { srv.Close() })
-	files, err := templates.Files()
+	ids := make([]string, n)
+	for i := range ids {
+		ids[i] = fmt.Sprintf("tenant-%d", i)
+	}
+	seed, err := templates.WithTenants("premium", ids...)
 	if err != nil {
 		t.Fatal(err)
 	}
-	seed := fstest.MapFS{}
-	for p, b := range files {
-		seed[p] = &fstest.MapFile{Data: b}
-	}
-	k := templates.Root + "/tenants/premium/kustomization.yaml"
-	list := strings.TrimRight(string(files[k]), "\n") + "\n"
-	for i := range n {
-		id := fmt.Sprintf("tenant-%d", i)
-		seed[templates.Root+"/tenants/premium/"+id+".yaml"] = &fstest.MapFile{Data: []byte(render(files, "premium", id))}
-		list += "  - " + id + ".yaml\n"
-	}
-	seed[k] = &fstest.MapFile{Data: []byte(list)}
 	url, err := srv.CreateRepo("gitops.git", "main", seed)
 	if err != nil {
 		t.Fatal(err)

@@ -6,7 +6,6 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
-	"testing/fstest"
 
 	"github.com/tenant-worker/tenant-worker/internal/testenv/gitserver"
 	"github.com/tenant-worker/tenant-worker/templates"
@@ -31,19 +30,10 @@ func TestPlanOfAMessageTheWorkerHolds(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { srv.Close() })
-	files, err := templates.Files()
+	seed, err := templates.WithTenants("premium", "tenant-1")
 	if err != nil {
 		t.Fatal(err)
 	}
-	seed := fstest.MapFS{}
-	for p, b := range files {
-		seed[p] = &fstest.MapFile{Data: b}
-	}
-	tmpl := string(files[templates.Root+"/tier-templates/premium_tenant_template.yaml"])
-	seed[templates.Root+"/tenants/premium/tenant-1.yaml"] = &fstest.MapFile{
-		Data: []byte(strings.NewReplacer("{TENANT_ID}", "tenant-1", "{RELEASE_VERSION}", "0.0").Replace(tmpl))}
-	k := templates.Root + "/tenants/premium/kustomization.yaml"
-	seed[k] = &fstest.MapFile{Data: []byte(strings.TrimRight(string(files[k]), "\n") + "\n  - tenant-1.yaml\n")}
 	url, err := srv.CreateRepo("gitops.git", "main", seed)
 	if err != nil {
 		t.Fatal(err)

@@ -10,6 +10,7 @@ import (
 	"hash/fnv"
 	"io/fs"
 	"path"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -134,8 +135,8 @@ func (l Layout) Shard(id string) string {
 	return fmt.Sprintf("%s%02d", shardPrefix, h.Sum32()%uint32(l.Shards))
 }
 
-// isShard reports whether a folder name is a shard folder's.
-func isShard(name string) bool {
+// IsShard reports whether a folder name is a shard folder's.
+func IsShard(name string) bool {
 	n, ok := strings.CutPrefix(name, shardPrefix)
 	if !ok || len(n) != 2 {
 		return false
@@ -149,7 +150,7 @@ func (l Layout) ShardDirs(r Reader, tier string) []string {
 	names, _ := r.ReadDir(l.TierDir(tier))
 	var out []string
 	for _, n := range names {
-		if isShard(n) {
+		if IsShard(n) {
 			if _, err := r.ReadDir(path.Join(l.TierDir(tier), n)); err == nil {
 				out = append(out, path.Join(l.TierDir(tier), n))
 			}
@@ -185,9 +186,18 @@ func (l Layout) TenantFile(tier, id string) string {
 // place in this layout, or, sharded, in the tier's own folder (a tenant
 // written there before the migration, or by hand, is still that tenant).
 func (l Layout) TenantPaths(tier, id string) func(p string) bool {
-	flat := path.Join(l.TierDir(tier), id+".yaml")
+	places := l.TenantFilePlaces(tier, id)
+	return func(p string) bool { return slices.Contains(places, p) }
+}
+
+// TenantFilePlaces are where tenant id's file may be, its place in this
+// layout first: sharded, the tier's own folder too.
+func (l Layout) TenantFilePlaces(tier, id string) []string {
 	at := l.TenantFile(tier, id)
-	return func(p string) bool { return p == at || p == flat }
+	if flat := path.Join(l.TierDir(tier), id+".yaml"); flat != at {
+		return []string{at, flat}
+	}
+	return []string{at}
 }
 
 // InTier reports whether p is a file of a tier's folder or of one of its
@@ -198,7 +208,7 @@ func (l Layout) InTier(tier, p string) bool {
 		return false
 	}
 	dir, _, nested := strings.Cut(rest, "/")
-	return !nested || isShard(dir) && !strings.Contains(rest[len(dir)+1:], "/")
+	return !nested || IsShard(dir) && !strings.Contains(rest[len(dir)+1:], "/")
 }
 
 // TierKustomization lists the tenant files of a tier.
@@ -290,7 +300,7 @@ func (l Layout) Tenants(r Reader, tier string) ([]Tenant, error) {
 			}
 			if id, ok := strings.CutSuffix(n, ".yaml"); ok {
 				out = append(out, Tenant{ID: id, File: path.Join(dir, n)})
-			} else if top && isShard(n) {
+			} else if top && IsShard(n) {
 				if err := walk(path.Join(dir, n), false); err != nil && !errors.Is(err, fs.ErrNotExist) {
 					return err
 				}
@@ -319,7 +329,7 @@ func (l Layout) Listed(r Reader, tier string) (map[string]bool, error) {
 		for _, e := range entries {
 			if id, ok := strings.CutSuffix(e, ".yaml"); ok && e != dummyConfigMap {
 				out[id] = true
-			} else if top && isShard(e) && !l.ShardKustomizations {
+			} else if top && IsShard(e) && !l.ShardKustomizations {
 				if err := read(path.Join(dir, e), false); err != nil {
 					return err
 				}
@@ -379,8 +389,9 @@ func (l Layout) tenantAt(r Reader, dir, id string, shard bool) (tenantState, err
 		// A shard folder not made yet, or one whose kustomization has
 		// another name kustomize reads, which the worker does not edit:
 		// a second one beside it would break the folder.
-		for _, n := range konfig.RecognizedKustomizationFileNames() {
-			if _, err := r.ReadFile(path.Join(dir, n)); err == nil && n != kustomizationFile {
+		names, _ := r.ReadDir(dir) // none: the folder is not made yet
+		for _, n := range names {
+			if slices.Contains(konfig.RecognizedKustomizationFileNames(), n) {
 				return s, fmt.Errorf("%w: %s: a shard folder's kustomization must be named %s", ErrBroken, path.Join(dir, n), kustomizationFile)
 			}
 		}

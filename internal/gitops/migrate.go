@@ -60,8 +60,8 @@ func (l Layout) MigrateTo(r Reader, to Layout) (map[string][]byte, error) {
 		// ways into and out of Kustomizations per shard folder, with the
 		// same folders, are done (with the handover by tenant-worker layout
 		// migrate).
-		return nil, fmt.Errorf("%w: moving tenants between shard Kustomizations (%s to %s) needs their handover in the cluster, "+
-			"which this version does not do", ErrUnsupported, from.describe(), to.describe())
+		return nil, fmt.Errorf("%w: moving tenants between shard Kustomizations (from %s to %s) needs their handover in the cluster, "+
+			"which this version does not do", ErrUnsupported, from.Describe(), to.Describe())
 	}
 	tiers, err := from.Tiers(r)
 	if err != nil {
@@ -144,7 +144,7 @@ func (l Layout) migrateTier(r Reader, to Layout, tier string, files map[string][
 	for id := range moving {
 		moved[id+".yaml"] = true
 	}
-	out, _, err := kustomization.Filter(content, func(e string) bool { return !moved[e] && !isShard(e) })
+	out, _, err := kustomization.Filter(content, func(e string) bool { return !moved[e] && !IsShard(e) })
 	if err != nil {
 		return formError(tierK, err)
 	}
@@ -211,7 +211,7 @@ func (l Layout) migrateTier(r Reader, to Layout, tier string, files map[string][
 	}
 	for _, n := range names {
 		dir := path.Join(l.TierDir(tier), n)
-		if _, target := lists[dir]; !isShard(n) || target {
+		if _, target := lists[dir]; !IsShard(n) || target {
 			continue
 		}
 		inside, err := r.ReadDir(dir)
@@ -233,15 +233,15 @@ func (l Layout) migrateTier(r Reader, to Layout, tier string, files map[string][
 // ErrUnsupported is a migration this version does not do.
 var ErrUnsupported = errors.New("not supported")
 
-// describe says where l puts tenant files.
-func (l Layout) describe() string {
+// Describe says where l puts tenant files.
+func (l Layout) Describe() string {
 	switch {
 	case l.Shards == 0:
-		return "the tiers' folders"
+		return "in each tier's folder"
 	case l.ShardKustomizations:
-		return fmt.Sprintf("%d shard folders per tier, each with a Kustomization", l.Shards)
+		return fmt.Sprintf("in %d shard folders per tier, each applied by a Kustomization of its own", l.Shards)
 	}
-	return fmt.Sprintf("%d shard folders per tier", l.Shards)
+	return fmt.Sprintf("in %d shard folders per tier", l.Shards)
 }
 
 // shardKustomization is the kustomization of a shard folder listing

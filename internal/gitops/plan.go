@@ -731,7 +731,7 @@ func (p *planner) deploy(req message.Request) error {
 // tenantFile is the path of tenant id's file in tier, where the layout puts
 // it or, sharded, in the tier's own folder; "" when there is none.
 func (p *planner) tenantFile(tier, id string) (string, error) {
-	for _, name := range []string{p.TenantFile(tier, id), path.Join(p.TierDir(tier), id+".yaml")} {
+	for _, name := range p.TenantFilePlaces(tier, id) {
 		_, err := p.r.ReadFile(name)
 		if err == nil {
 			return name, nil

@@ -98,7 +98,7 @@ func (l Layout) shardOf(p string) string {
 		return ""
 	}
 	parts := strings.SplitN(rest, "/", 3)
-	if len(parts) < 3 || !isShard(parts[1]) {
+	if len(parts) < 3 || !IsShard(parts[1]) {
 		return ""
 	}
 	return path.Join(l.TenantsDir(), parts[0], parts[1])

@@ -264,7 +264,7 @@ func TestShardKustomizationsLayout(t *testing.T) {
 	built(t, m) // the tenants folder still builds
 	for _, to := range []Layout{{Shards: 4, ShardKustomizations: true}, {Shards: 4}, {}} {
 		if _, err := layout.MigrateTo(FS{m}, to); !errors.Is(err, ErrUnsupported) {
-			t.Errorf("migrating to %s: %v, want it refused", to.describe(), err)
+			t.Errorf("migrating to %s: %v, want it refused", to.Describe(), err)
 		}
 	}
 	// Out of it, with the same folders: the tiers list them again.

@@ -129,6 +129,7 @@ func (c *Checker) Check(before, after Source, req message.Request, changed []str
 		return err
 	}
 	var all Error
+	var rules []rule // the same for every folder: made once, when needed
 	for _, dir := range l.AppliedDirs(changed) {
 		deltas, built, err := c.diff(before, after, dir, changed)
 		if errors.Is(err, errNotBuilt) {
@@ -137,13 +138,18 @@ func (c *Checker) Check(before, after Source, req message.Request, changed []str
 		if err != nil {
 			return err
 		}
-		var rules []rule
-		for _, r := range append([]message.Request{req}, also...) {
-			rule, err := c.ruleFor(before, r, dir)
+		if rules == nil {
+			lb, err := c.layout.Of(before)
 			if err != nil {
 				return err
 			}
-			rules = append(rules, rule)
+			for _, r := range append([]message.Request{req}, also...) {
+				rule, err := c.ruleFor(lb, before, r)
+				if err != nil {
+					return err
+				}
+				rules = append(rules, rule)
+			}
 		}
 		for _, d := range deltas {
 			if !allowedBy(rules, d) {
@@ -250,7 +256,7 @@ func (c *Checker) applied(src Source, l gitops.Layout) (map[string]traced, error
 				return nil, fmt.Errorf("list %s: %w", l.TierDir(tier), err)
 			}
 			for _, d := range dirs {
-				if strings.HasPrefix(d, "shard-") {
+				if gitops.IsShard(d) {
 					roots = append(roots, path.Join(l.TierDir(tier), d))
 				}
 			}
@@ -433,22 +439,16 @@ func compare(before, after []object, fileBefore, fileAfter string) []delta {
 	return out
 }
 
-// ruleFor is what req may do to what dir builds.
-func (c *Checker) ruleFor(before Source, req message.Request, dir string) (rule, error) {
-	l, err := c.layout.Of(before)
-	if err != nil {
-		return rule{}, err
-	}
+// ruleFor is what req may do to what Flux applies, in before laid out as
+// l.
+func (c *Checker) ruleFor(l gitops.Layout, before Source, req message.Request) (rule, error) {
 	r := rule{kind: req.Kind}
 	switch req.Kind {
 	case message.Onboarding, message.Offboarding:
 		// Sharded, a tenant written in its tier's own folder (before the
 		// migration) is still that tenant.
 		r.files = l.TenantPaths(req.Tier, req.TenantID)
-		r.want = []string{l.TenantFile(req.Tier, req.TenantID)}
-		if flat := (gitops.Layout{Root: l.Root}).TenantFile(req.Tier, req.TenantID); flat != r.want[0] {
-			r.want = append(r.want, flat)
-		}
+		r.want = l.TenantFilePlaces(req.Tier, req.TenantID)
 		if req.Kind == message.Onboarding {
 			objs, err := c.tenantObjects(before, req)
 			if err != nil {

@@ -189,50 +189,50 @@ func (p *Pipeline) Probe(ctx context.Context, job Job) error {
 }
 
 // Sync fetches the branch under the repository lock and returns its head.
-func (p *Pipeline) Sync(ctx context.Context) (plumbing.Hash, error) {
-	select {
-	case p.lock <- struct{}{}:
-	case <-ctx.Done():
-		return plumbing.ZeroHash, fmt.Errorf("wait for the repository lock: %w", context.Cause(ctx))
-	}
-	defer func() { <-p.lock }()
-	return p.repo.Fetch(ctx)
+func (p *Pipeline) Sync(ctx context.Context) (head plumbing.Hash, err error) {
+	err = p.locked(ctx, func() error {
+		head, err = p.repo.Fetch(ctx)
+		return err
+	})
+	return head, err
 }
 
 // Read calls fn with the branch as last seen, under the repository lock.
 func (p *Pipeline) Read(ctx context.Context, fn func(r gitops.Reader) error) error {
-	select {
-	case p.lock <- struct{}{}:
-	case <-ctx.Done():
-		return fmt.Errorf("wait for the repository lock: %w", context.Cause(ctx))
-	}
-	defer func() { <-p.lock }()
-	snap, err := p.repo.Snapshot(p.repo.Head())
-	if err != nil {
-		return fmt.Errorf("open %s: %w", p.repo.Head(), err)
-	}
-	return fn(snap)
+	return p.locked(ctx, func() error { return p.readAt(ctx, p.repo.Head(), false, fn) })
 }
 
 // ReadAt calls fn with the snapshot of commit, under the repository lock,
 // fetching the branch first when the clone does not have it.
 func (p *Pipeline) ReadAt(ctx context.Context, commit plumbing.Hash, fn func(r gitops.Reader) error) error {
+	return p.locked(ctx, func() error { return p.readAt(ctx, commit, true, fn) })
+}
+
+// readAt calls fn with the snapshot of commit, fetching once when the
+// clone lacks it and fetch is true; the caller holds the lock.
+func (p *Pipeline) readAt(ctx context.Context, commit plumbing.Hash, fetch bool, fn func(r gitops.Reader) error) error {
+	snap, err := p.repo.Snapshot(commit)
+	if err != nil && fetch {
+		if _, ferr := p.repo.Fetch(ctx); ferr != nil {
+			return fmt.Errorf("open %s: %w (fetch: %v)", commit, err, ferr)
+		}
+		snap, err = p.repo.Snapshot(commit)
+	}
+	if err != nil {
+		return fmt.Errorf("open %s: %w", commit, err)
+	}
+	return fn(snap)
+}
+
+// locked runs fn holding the repository lock.
+func (p *Pipeline) locked(ctx context.Context, fn func() error) error {
 	select {
 	case p.lock <- struct{}{}:
 	case <-ctx.Done():
 		return fmt.Errorf("wait for the repository lock: %w", context.Cause(ctx))
 	}
 	defer func() { <-p.lock }()
-	snap, err := p.repo.Snapshot(commit)
-	if err != nil {
-		if _, ferr := p.repo.Fetch(ctx); ferr != nil {
-			return fmt.Errorf("open %s: %w (fetch: %v)", commit, err, ferr)
-		}
-		if snap, err = p.repo.Snapshot(commit); err != nil {
-			return fmt.Errorf("open %s: %w", commit, err)
-		}
-	}
-	return fn(snap)
+	return fn()
 }
 
 // apply is Apply, pushing nothing when dryRun.

@@ -59,12 +59,18 @@ func (r *recorder) pushed(p PushResult) int {
 
 func setup(t *testing.T) env {
 	t.Helper()
+	return setupWith(t, templates.FS)
+}
+
+// setupWith is setup with the repository seeded from seed.
+func setupWith(t *testing.T, seed fs.FS) env {
+	t.Helper()
 	srv, err := gitserver.Start(t.TempDir(), "127.0.0.1:0", "tok")
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { srv.Close() })
-	url, err := srv.CreateRepo("gitops.git", "main", templates.FS)
+	url, err := srv.CreateRepo("gitops.git", "main", seed)
 	if err != nil {
 		t.Fatal(err)
 	}

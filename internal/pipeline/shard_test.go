@@ -9,9 +9,7 @@ import (
 	"time"
 
 	"github.com/tenant-worker/tenant-worker/internal/gitops"
-	"github.com/tenant-worker/tenant-worker/internal/gitrepo"
 	"github.com/tenant-worker/tenant-worker/internal/message"
-	"github.com/tenant-worker/tenant-worker/internal/testenv/gitserver"
 	"github.com/tenant-worker/tenant-worker/templates"
 )
 
@@ -33,26 +31,13 @@ func TestShardKustomizationsPassEveryCheck(t *testing.T) {
 }
 
 func testShardedLayout(t *testing.T, l gitops.Layout) {
-	srv, err := gitserver.Start(t.TempDir(), "127.0.0.1:0", "tok")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { srv.Close() })
 	m, err := templates.MapFS()
 	if err != nil {
 		t.Fatal(err)
 	}
 	m[l.LayoutFile()] = &fstest.MapFile{Data: l.LayoutContent()}
-	url, err := srv.CreateRepo("gitops.git", "main", m)
-	if err != nil {
-		t.Fatal(err)
-	}
-	repo, err := gitrepo.Open(context.Background(), gitrepo.Options{URL: url, Branch: "main", LedgerBranch: "tenant-worker/ledger", Token: "tok",
-		AuthorName: "admin", AuthorEmail: "admin@example.com"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := New(repo, Options{Layout: gitops.Layout{Root: templates.Root}})
+	e := setupWith(t, m)
+	srv, p := e.srv, e.p
 	sent := time.Now()
 	job := func(kind message.Kind, body string) Job {
 		req, err := message.Decode(kind, []byte(body))

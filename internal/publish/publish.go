@@ -13,6 +13,7 @@ import (
 	"fmt"
 	"net/http"
 	"path"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -20,15 +21,12 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/dynamic"
 
 	"github.com/tenant-worker/tenant-worker/internal/artifact"
+	"github.com/tenant-worker/tenant-worker/internal/flux"
 	"github.com/tenant-worker/tenant-worker/internal/gitops"
 )
-
-// ExternalArtifacts is the resource this package writes.
-var ExternalArtifacts = schema.GroupVersionResource{Group: "source.toolkit.fluxcd.io", Version: "v1", Resource: "externalartifacts"}
 
 // OriginRevision is the artifact metadata key kustomize-controller copies
 // into a Kustomization's status.lastAppliedOriginRevision: the commit the
@@ -121,7 +119,7 @@ func (p *Publisher) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // rebuild builds the archive a key names from its commit's folder.
 func (p *Publisher) rebuild(ctx context.Context, key string) ([]byte, bool) {
 	parts := strings.Split(key, "/")
-	if len(parts) != 4 || !strings.HasSuffix(parts[3], ".tar.gz") || !strings.HasPrefix(parts[2], "shard-") {
+	if len(parts) != 4 || !strings.HasSuffix(parts[3], ".tar.gz") || !gitops.IsShard(parts[2]) {
 		return nil, false
 	}
 	commit, tier, shard, digest := parts[0], parts[1], parts[2], strings.TrimSuffix(parts[3], ".tar.gz")
@@ -176,7 +174,7 @@ func (p *Publisher) Publish(ctx context.Context, snap Source, commit string) ([]
 			return out, fmt.Errorf("list %s: %w", l.TierDir(tier), err)
 		}
 		for _, shard := range dirs {
-			if !strings.HasPrefix(shard, "shard-") {
+			if !gitops.IsShard(shard) {
 				continue
 			}
 			f, err := p.publish(ctx, snap, commit, tier, shard, path.Join(l.TierDir(tier), shard))
@@ -255,16 +253,7 @@ func (p *Publisher) serve(name, file string, data []byte) {
 // (two folders with the same content share an archive).
 func (p *Publisher) usedLocked(file, except string) bool {
 	for n, files := range p.byName {
-		if n != except && containsString(files, file) {
-			return true
-		}
-	}
-	return false
-}
-
-func containsString(s []string, v string) bool {
-	for _, x := range s {
-		if x == v {
+		if n != except && slices.Contains(files, file) {
 			return true
 		}
 	}
@@ -274,7 +263,7 @@ func containsString(s []string, v string) bool {
 // point creates the object if it is missing and sets its status to the
 // archive; it reports whether it changed anything.
 func (p *Publisher) point(ctx context.Context, name, file string, a artifact.Artifact, commit string) (bool, error) {
-	res := p.o.Client.Resource(ExternalArtifacts).Namespace(p.o.Namespace)
+	res := p.o.Client.Resource(flux.ExternalArtifacts).Namespace(p.o.Namespace)
 	obj, err := res.Get(ctx, name, metav1.GetOptions{})
 	if apierrors.IsNotFound(err) {
 		obj = &unstructured.Unstructured{Object: map[string]any{
@@ -334,7 +323,7 @@ func (p *Publisher) kustomization(ctx context.Context, name string) error {
 	if seen {
 		return nil
 	}
-	res := p.o.Client.Resource(Kustomizations).Namespace(p.o.Namespace)
+	res := p.o.Client.Resource(flux.Kustomizations).Namespace(p.o.Namespace)
 	_, err := res.Get(ctx, name, metav1.GetOptions{})
 	if apierrors.IsNotFound(err) {
 		var tmpl *unstructured.Unstructured
@@ -366,6 +355,3 @@ func (p *Publisher) kustomization(ctx context.Context, name string) error {
 	p.mu.Unlock()
 	return nil
 }
-
-// Kustomizations is the resource of the shard folders' Kustomizations.
-var Kustomizations = schema.GroupVersionResource{Group: "kustomize.toolkit.fluxcd.io", Version: "v1", Resource: "kustomizations"}

@@ -3,7 +3,6 @@ package publish
 import (
 	"bytes"
 	"context"
-	"io/fs"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -11,6 +10,7 @@ import (
 
 	"github.com/tenant-worker/tenant-worker/internal/artifact"
 	"github.com/tenant-worker/tenant-worker/internal/gitops"
+	"github.com/tenant-worker/tenant-worker/internal/testenv/memtree"
 )
 
 // TestServeKeepsWhatAnObjectMayPointAt: each folder's current archive and
@@ -48,7 +48,7 @@ func TestServeKeepsWhatAnObjectMayPointAt(t *testing.T) {
 // publish is built again from the commit's folder it names, and served
 // only when its digest is the one named.
 func TestServeBuildsWhatAnotherReplicaPublished(t *testing.T) {
-	src := gitopsTree{
+	src := memtree.Tree{
 		"root/tenants/premium/shard-01/kustomization.yaml": "resources:\n  - a.yaml\n",
 		"root/tenants/premium/shard-01/a.yaml":             "kind: ConfigMap\n",
 	}
@@ -81,44 +81,3 @@ func TestServeBuildsWhatAnotherReplicaPublished(t *testing.T) {
 		t.Errorf("commits built from: %v", asked)
 	}
 }
-
-// gitopsTree is a Source over paths to contents; a content's id is itself.
-type gitopsTree map[string]string
-
-func (t gitopsTree) ReadFile(name string) ([]byte, error) {
-	if c, ok := t[name]; ok {
-		return []byte(c), nil
-	}
-	return nil, fs.ErrNotExist
-}
-
-func (t gitopsTree) ReadDir(name string) ([]string, error) {
-	_, dirs, err := t.Entries(name)
-	return dirs, err
-}
-
-func (t gitopsTree) Entries(dir string) (map[string]string, []string, error) {
-	files, seen := map[string]string{}, map[string]bool{}
-	var dirs []string
-	for p, c := range t {
-		rest, ok := strings.CutPrefix(p, dir+"/")
-		if !ok {
-			continue
-		}
-		if d, _, nested := strings.Cut(rest, "/"); nested {
-			if !seen[d] {
-				seen[d] = true
-				dirs = append(dirs, d)
-			}
-		} else {
-			files[rest] = c
-		}
-	}
-	if len(files) == 0 && len(dirs) == 0 {
-		return nil, nil, fs.ErrNotExist
-	}
-	return files, dirs, nil
-}
-
-func (t gitopsTree) ReadBlob(id string) ([]byte, error) { return []byte(id), nil }
-func (t gitopsTree) DirHash(dir string) (string, error) { return dir, nil }

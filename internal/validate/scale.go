@@ -172,35 +172,47 @@ func contextFor(dir, kdir string, changedDir map[string]bool) int {
 	return 1
 }
 
-// prune filters a kustomization of kdir for the pruned build: changed
-// files and folders holding a change stay, and the first context of the
-// others. It marks what stays in kept and the folders left out in
-// dropped, and returns nil when nothing stays.
-func (c *Checker) prune(content []byte, kdir string, context int, isFile func(fileKey) bool, isChanged map[fileKey]bool,
-	changedDir map[string]bool, kept map[fileKey]bool, dropped map[string]bool) ([]byte, error) {
-	n, any := 0, false
-	pruned, _, err := kustomization.Filter(content, func(e string) bool {
-		key := fileKey{kdir, e} // a listed name without "/" (collect checked)
-		folder := !isFile(key)
-		if isChanged[key] || folder && changedDir[key.path()] {
-			kept[key], any = true, true
-			return true
+// pruning is what the pruned build keeps of a tree: the changed files,
+// the folders holding a change, and some context.
+type pruning struct {
+	isFile     func(fileKey) bool
+	isChanged  map[fileKey]bool
+	changedDir map[string]bool // every folder above a changed path
+	kept       map[fileKey]bool
+	dropped    map[string]bool // folders left out, with all below them
+}
+
+// list filters a kustomization of kdir for the pruned build: changed files
+// and folders holding a change stay, and the first context of the others.
+// When that keeps nothing (only removals changed the list), one entry
+// stays, so that kustomize still builds it; a list of nothing stays as it
+// is (resources: []), for kustomize to judge.
+func (pr *pruning) list(content []byte, kdir string, context int) ([]byte, error) {
+	for _, ctx := range []int{context, max(context, 1)} {
+		n, any := 0, false
+		pruned, _, err := kustomization.Filter(content, func(e string) bool {
+			key := fileKey{kdir, e} // a listed name without "/" (collect checked)
+			folder := !pr.isFile(key)
+			if pr.isChanged[key] || folder && pr.changedDir[key.path()] {
+				pr.kept[key], any = true, true
+				return true
+			}
+			n++
+			if n <= ctx {
+				pr.kept[key], any = true, true
+				delete(pr.dropped, key.path())
+				return true
+			}
+			if folder {
+				pr.dropped[key.path()] = true
+			}
+			return false
+		})
+		if err != nil || any {
+			return pruned, err
 		}
-		n++
-		if n <= context {
-			kept[key], any = true, true
-			delete(dropped, key.path())
-			return true
-		}
-		if folder {
-			dropped[key.path()] = true
-		}
-		return false
-	})
-	if err != nil || !any {
-		return nil, err
 	}
-	return pruned, nil
+	return content, nil
 }
 
 // buildLarge checks a large tree: every listed file exists, no two listed
@@ -220,37 +232,28 @@ func (c *Checker) buildLarge(src Indexer, dir string, changed []string, files []
 	for _, p := range changed {
 		isChanged[keyOf(p)] = true
 	}
-	isFile := func(k fileKey) bool { _, ok := idx.files[k]; return ok } // idx now holds exactly files
-	// Folders holding a changed path stay whole; the others are context
-	// like unchanged files, and what they list is left out with them.
-	changedDir := map[string]bool{}
+	// idx now holds exactly files. Folders holding a changed path stay
+	// whole; the others are context like unchanged files, and what they
+	// list is left out with them.
+	pr := &pruning{isFile: func(k fileKey) bool { _, ok := idx.files[k]; return ok }, isChanged: isChanged,
+		changedDir: map[string]bool{}, kept: map[fileKey]bool{}, dropped: map[string]bool{}}
 	for _, p := range changed {
-		for d := path.Dir(p); d != "." && d != "/" && !changedDir[d]; d = path.Dir(d) {
-			changedDir[d] = true
+		for d := path.Dir(p); d != "." && d != "/" && !pr.changedDir[d]; d = path.Dir(d) {
+			pr.changedDir[d] = true
 		}
 	}
 	fsys := filesys.MakeFsInMemory()
-	kept := map[fileKey]bool{}
-	dropped := map[string]bool{}
 	for _, k := range kusts {
 		kdir := path.Dir(k)
-		if dropped[kdir] || dropped[path.Dir(kdir)] {
-			dropped[kdir] = true // collect lists a folder before those below it
+		if pr.dropped[kdir] || pr.dropped[path.Dir(kdir)] {
+			pr.dropped[kdir] = true // collect lists a folder before those below it
 			continue
 		}
 		content, err := src.ReadFile(k)
 		if err != nil {
 			return err
 		}
-		pruned, err := c.prune(content, kdir, contextFor(dir, kdir, changedDir), isFile, isChanged, changedDir, kept, dropped)
-		if err == nil && len(pruned) == 0 {
-			// Only removals changed this list: one entry keeps it a
-			// kustomization kustomize builds.
-			pruned, err = c.prune(content, kdir, 1, isFile, isChanged, changedDir, kept, dropped)
-		}
-		if err == nil && len(pruned) == 0 {
-			pruned = content // it lists nothing (resources: []): kustomize judges it as it is
-		}
+		pruned, err := pr.list(content, kdir, contextFor(dir, kdir, pr.changedDir))
 		if err != nil {
 			return fmt.Errorf("kustomize build %s: %w", dir, err)
 		}
@@ -259,7 +262,7 @@ func (c *Checker) buildLarge(src Indexer, dir string, changed []string, files []
 		}
 	}
 	for _, f := range files {
-		if !kept[f.fileKey] {
+		if !pr.kept[f.fileKey] {
 			continue
 		}
 		content, err := src.ReadBlob(f.hash)

@@ -83,75 +83,42 @@ type SizeResult struct {
 // seedRepo makes a bare repository holding the reference tree plus n
 // premium tenants, as ../shared/bench/seed-repo.sh does.
 func seedRepo(srv repoCreator, name string, n int) error {
-	return seedRepoIn(srv, name, n, 0)
-}
-
-// seedRepoIn is seedRepo with the tenant files laid out in shards folders
-// per tier (0: the tier's folder), as `tenant-worker layout migrate` moves
-// them.
-func seedRepoIn(srv repoCreator, name string, n, shards int) error {
-	return seedRepoLaid(srv, name, n, gitops.Layout{Shards: shards})
+	return seedRepoLaid(srv, name, n, gitops.Layout{})
 }
 
 // seedRepoLaid is seedRepo with the tenant files laid out as to says (its
-// Shards and ShardKustomizations).
+// Shards and ShardKustomizations), as `tenant-worker layout migrate` moves
+// them.
 func seedRepoLaid(srv repoCreator, name string, n int, to gitops.Layout) error {
-	shards := to.Shards
-	m, err := templates.Files()
+	ids := make([]string, n)
+	for i := range ids {
+		ids[i] = fmt.Sprintf("seed-%d", i+1)
+	}
+	m, err := templates.WithTenants("premium", ids...)
 	if err != nil {
 		return err
 	}
-	root := templates.Root
-	tmpl := string(m[root+"/tier-templates/premium_tenant_template.yaml"])
-	k := root + "/tenants/premium/kustomization.yaml"
-	var sb strings.Builder
-	sb.Write(m[k])
-	for i := 1; i <= n; i++ {
-		id := fmt.Sprintf("seed-%d", i)
-		m[root+"/tenants/premium/"+id+".yaml"] = []byte(strings.NewReplacer("{TENANT_ID}", id, "{RELEASE_VERSION}", "0.0").Replace(tmpl))
-		fmt.Fprintf(&sb, "\n  - %s.yaml", id)
+	var steps []gitops.Layout // none for the tiers' folders
+	if to.Shards > 0 {
+		steps = append(steps, gitops.Layout{Shards: to.Shards})
 	}
-	m[k] = []byte(sb.String())
-	if shards > 0 {
-		mfs := fstest.MapFS{}
-		for p, b := range m {
-			mfs[p] = &fstest.MapFile{Data: b}
+	if to.ShardKustomizations {
+		steps = append(steps, to)
+	}
+	for _, step := range steps {
+		moved, err := gitops.Layout{Root: templates.Root}.MigrateTo(gitops.FS{FS: m}, step)
+		if err != nil {
+			return fmt.Errorf("lay out %d shards: %w", to.Shards, err)
 		}
-		steps := []gitops.Layout{{Shards: shards}}
-		if to.ShardKustomizations {
-			steps = append(steps, gitops.Layout{Shards: shards, ShardKustomizations: true})
-		}
-		for _, step := range steps {
-			moved, err := gitops.Layout{Root: root}.MigrateTo(gitops.FS{FS: mfs}, step)
-			if err != nil {
-				return fmt.Errorf("lay out %d shards: %w", shards, err)
-			}
-			for p, b := range moved {
-				if b == nil {
-					delete(m, p)
-					delete(mfs, p)
-				} else {
-					m[p] = b
-					mfs[p] = &fstest.MapFile{Data: b}
-				}
+		for p, b := range moved {
+			if b == nil {
+				delete(m, p)
+			} else {
+				m[p] = &fstest.MapFile{Data: b}
 			}
 		}
 	}
-	dir, err := os.MkdirTemp("", "bench-seed-")
-	if err != nil {
-		return err
-	}
-	defer os.RemoveAll(dir)
-	for p, b := range m {
-		full := filepath.Join(dir, p)
-		if err := os.MkdirAll(filepath.Dir(full), 0o755); err != nil {
-			return err
-		}
-		if err := os.WriteFile(full, b, 0o644); err != nil {
-			return err
-		}
-	}
-	_, err = srv.CreateRepo(name, "main", os.DirFS(dir))
+	_, err = srv.CreateRepo(name, "main", m)
 	return err
 }
 

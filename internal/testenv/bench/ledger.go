@@ -17,6 +17,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
 	"github.com/go-git/go-git/v5/plumbing"
 
+	"github.com/tenant-worker/tenant-worker/internal/gitops"
 	"github.com/tenant-worker/tenant-worker/internal/gitrepo"
 	"github.com/tenant-worker/tenant-worker/internal/ledger"
 	"github.com/tenant-worker/tenant-worker/internal/testenv/fauxqs"
@@ -497,7 +498,7 @@ func ledgerBacklog(ctx context.Context, o LedgerOptions, api *sqs.Client, h ledg
 	b := &LedgerBacklog{Server: h.name, Tenants: o.Tenants, Messages: n, Window: max(1, min(1000, n/5)), Kind: "onboardings", Shards: o.Shards}
 	fmt.Fprintf(progress, "bench (ledger, %s): a backlog of %d onboardings at %d tenants, %d shard folders per tier\n", h.name, n, o.Tenants, o.Shards)
 	name := h.repo("ledger-backlog")
-	if err := seedRepoIn(h.srv, name, o.Tenants, o.Shards); err != nil {
+	if err := seedRepoLaid(h.srv, name, o.Tenants, gitops.Layout{Shards: o.Shards}); err != nil {
 		return b, fmt.Errorf("seed %s: %w", name, err)
 	}
 	queues, err := ledgerQueues(ctx, api, "backlog")

@@ -303,8 +303,11 @@ func tenantsApplies(logPath string, skip int, shards bool) ([]time.Duration, err
 				Name string `json:"name"`
 			} `json:"Kustomization"`
 		}
-		if json.Unmarshal(sc.Bytes(), &l) != nil || shards != strings.HasPrefix(l.Kustomization.Name, "tenants-") ||
-			!shards && l.Kustomization.Name != "dataplane-tenants" {
+		if json.Unmarshal(sc.Bytes(), &l) != nil {
+			continue
+		}
+		if ours := l.Kustomization.Name == "dataplane-tenants" && !shards ||
+			strings.HasPrefix(l.Kustomization.Name, "tenants-") && shards; !ours {
 			continue
 		}
 		rest, ok := strings.CutPrefix(l.Msg, "Reconciliation finished in ")
