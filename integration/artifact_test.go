@@ -255,8 +255,10 @@ func TestWorkerPublishesShardArtifacts(t *testing.T) {
 // TestReadinessWithShardKustomizations: with each shard folder applied by a
 // Kustomization of its own from the worker's ExternalArtifact, the
 // readiness event of an onboarding still says ready once its HelmRelease
-// is, and that of its offboarding once it is gone; the worker runs with the
-// chart's readiness and artifacts rules.
+// is, and that of its offboarding once it is gone; every other outcome
+// (superseded, failed, ready after a restart, timeout) comes as it does
+// with one tenants Kustomization. The worker runs with the chart's
+// readiness and artifacts rules.
 func TestReadinessWithShardKustomizations(t *testing.T) {
 	h := newHarness(t, false)
 	l := gitops.Layout{Root: templates.Root, Shards: 4, ShardKustomizations: true}
@@ -284,6 +286,7 @@ func TestReadinessWithShardKustomizations(t *testing.T) {
 	if hr := c.release(t, "rs-1-premium"); hr != nil && hr.GetDeletionTimestamp() == nil {
 		t.Fatalf("the event says the offboarding is done, the HelmRelease is still there")
 	}
+	followEveryOutcome(t, h, c, resultsURL, "rs")
 }
 
 // publishing sets a worker to publish shard folders (ARTIFACT_URL) on a

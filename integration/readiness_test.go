@@ -263,44 +263,7 @@ func TestReadinessOnARealControlPlane(t *testing.T) {
 		}
 	}
 
-	// A release version the Helm repository does not have: failed, with
-	// Flux's own words.
-	out, errOut, code = h.cli(queueName(resultsURL), "send", "onboarding", "--tenant-id", "rd-miss", "--tier", "advanced",
-		"--release", "9.9", "--wait", "--until", "ready", "--json")
-	lines := strings.Split(strings.TrimSpace(out), "\n")
-	var ev results.Event
-	if err := json.Unmarshal([]byte(lines[len(lines)-1]), &ev); err != nil || code != 1 {
-		t.Fatalf("send --until ready of a missing chart: exit %d, %v\n%s\n%s", code, err, out, errOut)
-	}
-	if ev.Outcome != "failed" || ev.Reason == "" || !strings.Contains(ev.Error, "9.9") || ev.Stages == nil {
-		t.Fatalf("missing chart: %+v", ev)
-	}
-
-	// The worker stops while it follows a change (the tenant's Deployment
-	// is held unavailable until then): after a restart the event comes.
-	c.standIn.NeverAvailable("rd-late")
-	late := h.send(h.q.onboarding, `{"tenant_id":"rd-late","tenant_tier":"premium","release_version":"0.0"}`)
-	h.waitFor("rd-late pushed", time.Minute, func() bool { return h.finished(late) })
-	if r := h.apiRuns("?id=" + late).Runs; len(r) != 1 || r[0].Live == "ready" {
-		t.Fatalf("rd-late is not pending before the stop: %+v", r)
-	}
-	h.stop()
-	c.standIn.Available("rd-late")
-	h.start()
-	if ev := waitReadiness(t, h, resultsURL, late, 3*time.Minute); ev.Outcome != "ready" || ev.TenantID != "rd-late" || ev.Tier != "premium" || ev.Kind != "onboarding" {
-		t.Fatalf("after a restart: %+v", ev)
-	}
-
-	// A tenant whose Deployment never becomes available: timeout.
-	c.standIn.NeverAvailable("rd-never")
-	h.stop()
-	h.tune = chain(h.tune, func(o *config.Options) { o.ReadyTimeout = 15 * time.Second })
-	h.start()
-	never := h.send(h.q.onboarding, `{"tenant_id":"rd-never","tenant_tier":"advanced","release_version":"0.0"}`)
-	ev = waitReadiness(t, h, resultsURL, never, 2*time.Minute)
-	if ev.Outcome != "timeout" || !strings.Contains(ev.Error, "rd-never") {
-		t.Fatalf("never available: %+v", ev)
-	}
+	followEveryOutcome(t, h, c, resultsURL, "rd")
 
 	// A cluster whose Flux no longer serves helm.toolkit.fluxcd.io/v2beta1,
 	// which the platform's templates say: reported at start, with the fix.
@@ -376,5 +339,73 @@ func chain(a, b func(*config.Options)) func(*config.Options) {
 			a(o)
 		}
 		b(o)
+	}
+}
+
+// followEveryOutcome drives a readiness event to each outcome besides a
+// plain ready: superseded (an offboarding replaces an onboarding that is
+// not ready yet), failed (a chart version the Helm repository lacks), ready
+// after the worker restarts while it follows a change, and timeout. The
+// tenants are named prefix-…; it leaves the worker running with a short
+// ReadyTimeout.
+func followEveryOutcome(t *testing.T, h *harness, c *cluster, resultsURL, prefix string) {
+	t.Helper()
+	// An onboarding whose Deployment is held unavailable, then its
+	// offboarding: the onboarding is superseded, the offboarding ready.
+	sup := prefix + "-sup"
+	c.standIn.NeverAvailable(sup)
+	on := h.send(h.q.onboarding, fmt.Sprintf(`{"tenant_id":%q,"tenant_tier":"premium","release_version":"0.0"}`, sup))
+	h.waitFor(sup+" pushed", time.Minute, func() bool { return h.finished(on) })
+	off := h.send(h.q.offboarding, fmt.Sprintf(`{"tenant_id":%q,"tenant_tier":"premium"}`, sup))
+	if ev := waitReadiness(t, h, resultsURL, on, 3*time.Minute); ev.Outcome != "superseded" || ev.SupersededBy != off {
+		t.Fatalf("an onboarding replaced by its offboarding: %+v", ev)
+	}
+	c.standIn.Available(sup)
+	if ev := waitReadiness(t, h, resultsURL, off, 3*time.Minute); ev.Outcome != "ready" || ev.Kind != "offboarding" {
+		t.Fatalf("the offboarding that replaced it: %+v", ev)
+	}
+	if hr := c.release(t, sup+"-premium"); hr != nil && hr.GetDeletionTimestamp() == nil {
+		t.Fatalf("the offboarding is ready, the HelmRelease %s-premium is still there", sup)
+	}
+
+	// A release version the Helm repository does not have: failed, with
+	// Flux's own words.
+	out, errOut, code := h.cli(queueName(resultsURL), "send", "onboarding", "--tenant-id", prefix+"-miss", "--tier", "advanced",
+		"--release", "9.9", "--wait", "--until", "ready", "--json")
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	var ev results.Event
+	if err := json.Unmarshal([]byte(lines[len(lines)-1]), &ev); err != nil || code != 1 {
+		t.Fatalf("send --until ready of a missing chart: exit %d, %v\n%s\n%s", code, err, out, errOut)
+	}
+	if ev.Outcome != "failed" || ev.Reason == "" || !strings.Contains(ev.Error, "9.9") || ev.Stages == nil {
+		t.Fatalf("missing chart: %+v", ev)
+	}
+
+	// The worker stops while it follows a change (the tenant's Deployment
+	// is held unavailable until then): after a restart the event comes.
+	late := prefix + "-late"
+	c.standIn.NeverAvailable(late)
+	id := h.send(h.q.onboarding, fmt.Sprintf(`{"tenant_id":%q,"tenant_tier":"premium","release_version":"0.0"}`, late))
+	h.waitFor(late+" pushed", time.Minute, func() bool { return h.finished(id) })
+	if r := h.apiRuns("?id=" + id).Runs; len(r) != 1 || r[0].Live == "ready" {
+		t.Fatalf("%s is not pending before the stop: %+v", late, r)
+	}
+	h.stop()
+	c.standIn.Available(late)
+	h.start()
+	if ev := waitReadiness(t, h, resultsURL, id, 3*time.Minute); ev.Outcome != "ready" || ev.TenantID != late || ev.Tier != "premium" || ev.Kind != "onboarding" {
+		t.Fatalf("after a restart: %+v", ev)
+	}
+
+	// A tenant whose Deployment never becomes available: timeout.
+	never := prefix + "-never"
+	c.standIn.NeverAvailable(never)
+	h.stop()
+	h.tune = chain(h.tune, func(o *config.Options) { o.ReadyTimeout = 15 * time.Second })
+	h.start()
+	id = h.send(h.q.onboarding, fmt.Sprintf(`{"tenant_id":%q,"tenant_tier":"advanced","release_version":"0.0"}`, never))
+	ev = waitReadiness(t, h, resultsURL, id, 2*time.Minute)
+	if ev.Outcome != "timeout" || !strings.Contains(ev.Error, never) {
+		t.Fatalf("never available: %+v", ev)
 	}
 }
