@@ -54,10 +54,16 @@ func WithTenants(tier string, ids ...string) (fstest.MapFS, error) {
 	if err != nil {
 		return nil, err
 	}
+	return m, AddTenants(m, tier, ids...)
+}
+
+// AddTenants onboards the tenants ids of tier into m (a tree of MapFS) as
+// WithTenants does.
+func AddTenants(m fstest.MapFS, tier string, ids ...string) error {
 	tmpl, ok := m[Root+"/tier-templates/"+tier+"_tenant_template.yaml"]
 	k, listed := m[Root+"/tenants/"+tier+"/kustomization.yaml"]
 	if !ok || !listed {
-		return nil, fmt.Errorf("no tier %q", tier)
+		return fmt.Errorf("no tier %q", tier)
 	}
 	var list strings.Builder
 	list.WriteString(strings.TrimRight(string(k.Data), "\n") + "\n")
@@ -67,5 +73,5 @@ func WithTenants(tier string, ids ...string) (fstest.MapFS, error) {
 		list.WriteString("  - " + id + ".yaml\n")
 	}
 	k.Data = []byte(list.String())
-	return m, nil
+	return nil
 }

@@ -43,14 +43,17 @@ func run() int {
 	ledgerBacklogDeploy := flag.Bool("ledger-backlog-deployments", false, "make the backlog per-tenant deployments of the seeded tenants (the tree changes, the repository does not grow) instead of onboardings")
 	ledgerShards := flag.Int("ledger-shards", 0, "lay the backlog's repository out in this many shard folders per tier (tenant-worker layout migrate); 0 is the platform's layout")
 	ledgerRevisions := flag.Int("ledger-revisions", 1000, "messages, half of them no-ops, whose new main revisions are counted, per server; 0 skips it")
-	liveShards := flag.Int("live-shards", 0, "lay the tenants out in this many shard folders per tier, each applied by a Kustomization of its own from the worker's ExternalArtifact (ARTIFACT_URL); 0 is the platform's one tenants Kustomization")
+	liveLayouts := flag.String("live-layouts", "one", "layouts of the time to live, comma-separated, each on a control plane of its own: one (the platform's tenants Kustomization), tiers (a Kustomization per tier folder), shards (a Kustomization per shard folder, of the GitRepository), artifacts (a Kustomization per shard folder, from the worker's ExternalArtifact)")
+	liveShards := flag.Int("live-shards", 16, "shard folders per tier of the shards and artifacts layouts")
+	liveShardInterval := flag.String("live-shard-interval", "", "interval of the Kustomizations of the tiers, shards and artifacts layouts, e.g. 10m (the tenants Kustomization's, 1m, when empty)")
 	only := flag.String("only", "", "run only this part: git, gitea, ledger or live")
 	flag.Parse()
 
 	if *refN < 0 {
 		*refN = *onboard
 	}
-	lo := bench.LiveOptions{Request: *liveRequest, Interval: *liveInterval, Binary: *binary, KustomizeFlags: strings.Fields(*kustomizeFlags), Shards: *liveShards}
+	lo := bench.LiveOptions{Request: *liveRequest, Interval: *liveInterval, Binary: *binary, KustomizeFlags: strings.Fields(*kustomizeFlags),
+		Layouts: strings.Split(*liveLayouts, ","), Shards: *liveShards, ShardInterval: *liveShardInterval}
 	var err error
 	if lo.Sizes, err = parseSizes(*liveSizes); err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)

@@ -88,15 +88,25 @@ func seedRepo(srv repoCreator, name string, n int) error {
 
 // seedRepoLaid is seedRepo with the tenant files laid out as to says (its
 // Shards and ShardKustomizations), as `tenant-worker layout migrate` moves
-// them.
-func seedRepoLaid(srv repoCreator, name string, n int, to gitops.Layout) error {
-	ids := make([]string, n)
-	for i := range ids {
-		ids[i] = fmt.Sprintf("seed-%d", i+1)
+// them. The tenants are dealt to tiers in turn (premium alone when none
+// are named).
+func seedRepoLaid(srv repoCreator, name string, n int, to gitops.Layout, tiers ...string) error {
+	if len(tiers) == 0 {
+		tiers = []string{"premium"}
 	}
-	m, err := templates.WithTenants("premium", ids...)
+	ids := map[string][]string{}
+	for i := range n {
+		tier := tiers[i%len(tiers)]
+		ids[tier] = append(ids[tier], fmt.Sprintf("seed-%d", i+1))
+	}
+	m, err := templates.MapFS()
 	if err != nil {
 		return err
+	}
+	for _, tier := range tiers {
+		if err := templates.AddTenants(m, tier, ids[tier]...); err != nil {
+			return err
+		}
 	}
 	var steps []gitops.Layout // none for the tiers' folders
 	if to.Shards > 0 {

@@ -6,8 +6,10 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"net"
 	"os"
+	"path"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -17,12 +19,15 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/tenant-worker/tenant-worker/internal/flux"
 	"github.com/tenant-worker/tenant-worker/internal/gitops"
+	"github.com/tenant-worker/tenant-worker/internal/publish"
 	"github.com/tenant-worker/tenant-worker/internal/testenv/controlplane"
 	"github.com/tenant-worker/tenant-worker/internal/testenv/fauxqs"
 	"github.com/tenant-worker/tenant-worker/internal/testenv/gitserver"
+	"github.com/tenant-worker/tenant-worker/templates"
 )
 
 // LiveResult is the time to live at one size: from SendMessage to the
@@ -42,11 +47,44 @@ type LiveResult struct {
 	// KustomizeFlags were added to kustomize-controller's (none: Flux's
 	// defaults).
 	KustomizeFlags []string `json:"kustomize_controller_flags,omitempty"`
+	// Layout is how the tenants are applied (LayoutOne, LayoutTiers,
+	// LayoutShards, LayoutArtifacts); with any but LayoutOne, TenantsApply
+	// is the shard Kustomizations'.
+	Layout string `json:"layout"`
 	// Shards is the shard folders per tier, each applied by a Kustomization
-	// of its own from the worker's ExternalArtifact (0: the platform's one
-	// tenants Kustomization); TenantsApply is then the shard Kustomizations'.
+	// of its own (0: the platform's one tenants Kustomization).
 	Shards int `json:"shard_kustomizations_per_tier,omitempty"`
+	// ShardInterval is the interval of the shard Kustomizations when not
+	// the tenants Kustomization's.
+	ShardInterval string `json:"shard_kustomization_interval,omitempty"`
+	// CPU is the processor time each control-plane component used per
+	// onboarding during the reconcile-request runs, in milliseconds: the
+	// components' time over the runs, divided by the onboardings.
+	CPU map[string]float64 `json:"cpu_ms_per_change,omitempty"`
 }
+
+// The layouts the time to live is measured in.
+const (
+	// LayoutOne is the platform's: one tenants Kustomization applies every
+	// tenant on each new revision of the GitRepository.
+	LayoutOne = "one"
+	// LayoutTiers gives each tier's folder a Kustomization of its own, of
+	// the same GitRepository (one shard folder per tier).
+	LayoutTiers = "tiers"
+	// LayoutShards gives each shard folder (a stable hash of the tenant id)
+	// a Kustomization of its own, of the same GitRepository.
+	LayoutShards = "shards"
+	// LayoutArtifacts gives each shard folder a Kustomization of its own,
+	// from the ExternalArtifact the worker publishes of that folder alone.
+	LayoutArtifacts = "artifacts"
+)
+
+// Layouts are the layouts RunLive knows, in the order of the table.
+var Layouts = []string{LayoutOne, LayoutTiers, LayoutShards, LayoutArtifacts}
+
+// liveTiers are the tiers the tenants are dealt to in turn, installed and
+// onboarded alike.
+var liveTiers = []string{"premium", "basic"}
 
 // LiveOptions shape the time-to-live run.
 type LiveOptions struct {
@@ -59,37 +97,75 @@ type LiveOptions struct {
 	WorkDir           string
 	// KustomizeFlags are added to kustomize-controller's.
 	KustomizeFlags []string
-	// Shards lays the tenants out in that many shard folders per tier, each
-	// applied by a Kustomization of its own from an ExternalArtifact the
-	// worker publishes (ARTIFACT_URL); 0 is the platform's layout. Only the
-	// reconcile-request runs are measured then: nothing waits for Flux's
-	// interval.
+	// Layouts are measured one after the other at each size (LayoutOne
+	// when empty). Only LayoutOne is measured at Flux's interval.
+	Layouts []string
+	// Shards is the shard folders per tier of LayoutShards and
+	// LayoutArtifacts.
 	Shards int
+	// ShardInterval, when set, is the interval of the Kustomizations of
+	// every layout but LayoutOne (the tenants Kustomization's, 1m, when
+	// empty): how often each re-applies its folder when nothing changed.
+	ShardInterval string
 }
 
-// RunLive measures the time to live at each size, one control plane per
-// size (the platform's objects, n premium tenants installed first).
+// RunLive measures the time to live at each size in each layout, one
+// control plane per size and layout (the platform's objects, n tenants of
+// premium and basic installed first).
 func RunLive(ctx context.Context, o LiveOptions, progress io.Writer) ([]LiveResult, error) {
+	layouts := o.Layouts
+	if len(layouts) == 0 {
+		layouts = []string{LayoutOne}
+	}
+	for _, l := range layouts {
+		if !slices.Contains(Layouts, l) {
+			return nil, fmt.Errorf("no layout %q: the layouts are %s", l, strings.Join(Layouts, ", "))
+		}
+		if l != LayoutOne && l != LayoutTiers && o.Shards < 1 {
+			return nil, fmt.Errorf("layout %s needs shard folders (-live-shards)", l)
+		}
+	}
 	var out []LiveResult
 	for _, n := range o.Sizes {
-		r, err := liveSize(ctx, o, n, progress)
-		if err != nil {
-			return out, fmt.Errorf("time to live at %d tenants: %w", n, err)
+		for _, l := range layouts {
+			r, err := liveSize(ctx, o, n, l, progress)
+			if err != nil {
+				return out, fmt.Errorf("time to live at %d tenants, layout %s: %w", n, l, err)
+			}
+			out = append(out, r)
+			// Each row as soon as it is measured: a long run stopped half
+			// way keeps what it measured.
+			fmt.Fprintf(progress, "bench (live): %d tenants, layout %s: request p50 %.0f ms p95 %.0f ms; interval p50 %.0f ms p95 %.0f ms; apply p50 %.0f ms; CPU per change %s\n",
+				n, l, r.Request.P50, r.Request.P95, r.Interval.P50, r.Interval.P95, r.TenantsApply.P50, cpuSummary(r.CPU))
 		}
-		out = append(out, r)
-		// Each size's row as soon as it is measured: a long run stopped
-		// half way keeps what it measured.
-		fmt.Fprintf(progress, "bench (live): %d tenants: request p50 %.0f ms p95 %.0f ms; interval p50 %.0f ms p95 %.0f ms; tenants apply p50 %.0f ms\n",
-			n, r.Request.P50, r.Request.P95, r.Interval.P50, r.Interval.P95, r.TenantsApply.P50)
 	}
 	return out, nil
 }
 
-func liveSize(ctx context.Context, o LiveOptions, n int, progress io.Writer) (LiveResult, error) {
-	res := LiveResult{Tenants: n, KustomizeFlags: o.KustomizeFlags, Shards: o.Shards}
+// laid is the tenant layout of a bench layout.
+func laid(layout string, shards int) gitops.Layout {
+	switch layout {
+	case LayoutTiers:
+		return gitops.Layout{Root: templates.Root, Shards: 1, ShardKustomizations: true}
+	case LayoutShards, LayoutArtifacts:
+		return gitops.Layout{Root: templates.Root, Shards: shards, ShardKustomizations: true}
+	}
+	return gitops.Layout{Root: templates.Root}
+}
+
+// liveTenant is the id and tier of the i-th tenant onboarded in a run.
+func liveTenant(reconcile bool, i int) (id, tier string) {
+	return fmt.Sprintf("live-%v-%d", reconcile, i), liveTiers[i%len(liveTiers)]
+}
+
+func liveSize(ctx context.Context, o LiveOptions, n int, layout string, progress io.Writer) (LiveResult, error) {
+	l := laid(layout, o.Shards)
+	res := LiveResult{Tenants: n, KustomizeFlags: o.KustomizeFlags, Layout: layout, Shards: l.Shards}
 	flags := o.KustomizeFlags
-	if o.Shards > 0 {
+	if layout == LayoutArtifacts {
 		flags = append(slices.Clone(flags), "--feature-gates=ExternalArtifact=true")
+	}
+	if layout != LayoutOne {
 		o.Interval = 0
 	}
 	dir, err := os.MkdirTemp(o.WorkDir, "live-bench-")
@@ -107,10 +183,10 @@ func liveSize(ctx context.Context, o LiveOptions, n int, progress io.Writer) (Li
 		return res, err
 	}
 	defer srv.Close()
-	if err := seedRepoLaid(srv, "live.git", n, gitops.Layout{Shards: o.Shards, ShardKustomizations: o.Shards > 0}); err != nil {
+	if err := seedRepoLaid(srv, "live.git", n, gitops.Layout{Shards: l.Shards, ShardKustomizations: l.ShardKustomizations}, liveTiers...); err != nil {
 		return res, err
 	}
-	fmt.Fprintf(progress, "bench (live): %d tenants: starting a control plane with Flux and installing them\n", n)
+	fmt.Fprintf(progress, "bench (live): %d tenants, layout %s: starting a control plane with Flux and installing them\n", n, layout)
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	cp, err := controlplane.Start(ctx, filepath.Join(dir, "cluster"), controlplane.Options{ControllerManager: true, Flux: true, KustomizeFlags: flags})
@@ -133,11 +209,26 @@ func liveSize(ctx context.Context, o LiveOptions, n int, progress io.Writer) (Li
 		}
 		queues = append(queues, q)
 	}
-	// With shard Kustomizations, the worker publishes the folders (and
-	// makes their Kustomizations) from its start: it is the one measured.
+	if layout != LayoutOne && o.ShardInterval != "" {
+		// The template of the shard Kustomizations, the bench's and the
+		// worker's alike.
+		patch := fmt.Sprintf(`{"spec":{"interval":%q}}`, o.ShardInterval)
+		if _, err := cp.Dynamic.Resource(flux.Kustomizations).Namespace(controlplane.Namespace).Patch(ctx, "dataplane-tenants",
+			types.MergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
+			return res, fmt.Errorf("set the Kustomizations' interval: %w", err)
+		}
+		res.ShardInterval = o.ShardInterval
+	}
+	if layout == LayoutTiers || layout == LayoutShards {
+		if err := gitKustomizations(ctx, cp, l, n, o.Request); err != nil {
+			return res, err
+		}
+	}
+	// With artifacts, the worker publishes the folders (and makes their
+	// Kustomizations) from its start: it is the one measured.
 	var artifacts []string
 	var publisher *worker
-	if o.Shards > 0 {
+	if layout == LayoutArtifacts {
 		ln, err := net.Listen("tcp", "127.0.0.1:0")
 		if err != nil {
 			return res, err
@@ -159,7 +250,7 @@ func liveSize(ctx context.Context, o LiveOptions, n int, progress io.Writer) (Li
 
 	// The applies of the install itself are not the runs'.
 	logPath := filepath.Join(dir, "cluster", "kustomize-controller.log")
-	before, _ := tenantsApplies(logPath, 0, o.Shards > 0)
+	before, _ := tenantsApplies(logPath, 0, layout != LayoutOne)
 	applyFrom := len(before)
 	for _, mode := range []struct {
 		name      string
@@ -177,10 +268,11 @@ func liveSize(ctx context.Context, o LiveOptions, n int, progress io.Writer) (Li
 				return res, err
 			}
 		}
-		fmt.Fprintf(progress, "bench (live): %d tenants: %d onboardings %s\n", n, mode.count, mode.name)
+		fmt.Fprintf(progress, "bench (live): %d tenants, layout %s: %d onboardings %s\n", n, layout, mode.count, mode.name)
 		var ds []time.Duration
+		cpuBefore := cp.CPU()
 		for i := range mode.count {
-			id := fmt.Sprintf("live-%v-%d", mode.reconcile, i)
+			id, tier := liveTenant(mode.reconcile, i)
 			if !mode.reconcile {
 				// A message comes at any moment of Flux's interval. Sent
 				// right after the previous one was ready, just after a
@@ -193,15 +285,18 @@ func liveSize(ctx context.Context, o LiveOptions, n int, progress io.Writer) (Li
 			}
 			sent := time.Now()
 			if _, err := api.SendMessage(ctx, &sqs.SendMessageInput{QueueUrl: aws.String(queues[0]),
-				MessageBody: aws.String(fmt.Sprintf(`{"tenant_id":%q,"tenant_tier":"premium","release_version":"0.0"}`, id))}); err != nil {
+				MessageBody: aws.String(fmt.Sprintf(`{"tenant_id":%q,"tenant_tier":%q,"release_version":"0.0"}`, id, tier))}); err != nil {
 				w.stop()
 				return res, err
 			}
-			if err := waitReleaseReady(ctx, cp, id+"-premium", 5*time.Minute); err != nil {
+			if err := waitReleaseReady(ctx, cp, id+"-"+tier, 5*time.Minute); err != nil {
 				w.stop()
 				return res, fmt.Errorf("%s: %w\nworker log:\n%s", id, err, w.tail())
 			}
 			ds = append(ds, time.Since(sent))
+		}
+		if mode.reconcile {
+			res.CPU = perChange(cpuBefore, cp.CPU(), mode.count)
 		}
 		w.stop()
 		*mode.stats = stats(ds)
@@ -209,7 +304,7 @@ func liveSize(ctx context.Context, o LiveOptions, n int, progress io.Writer) (Li
 	if res.Request.P50 > 0 {
 		res.IntervalOverRequest = res.Interval.P50 / res.Request.P50
 	}
-	applies, err := tenantsApplies(logPath, applyFrom, o.Shards > 0)
+	applies, err := tenantsApplies(logPath, applyFrom, layout != LayoutOne)
 	if err == nil {
 		res.TenantsApply = stats(applies)
 	}
@@ -322,21 +417,88 @@ func tenantsApplies(logPath string, skip int, shards bool) ([]time.Duration, err
 	return out[min(skip, len(out)):], sc.Err()
 }
 
+// gitKustomizations makes, from the platform's tenants Kustomization, one
+// Kustomization of the same GitRepository for each shard folder the n
+// installed tenants and the request onboardings fall in: the layouts whose
+// Kustomizations all reconcile on each new revision.
+func gitKustomizations(ctx context.Context, cp *controlplane.ControlPlane, l gitops.Layout, n, request int) error {
+	folders := map[string]bool{}
+	for i := range n {
+		folders[l.TenantDir(liveTiers[i%len(liveTiers)], fmt.Sprintf("seed-%d", i+1))] = true
+	}
+	for i := range request {
+		id, tier := liveTenant(true, i)
+		folders[l.TenantDir(tier, id)] = true
+	}
+	res := cp.Dynamic.Resource(flux.Kustomizations).Namespace(controlplane.Namespace)
+	tmpl, err := res.Get(ctx, "dataplane-tenants", metav1.GetOptions{})
+	if err != nil {
+		return fmt.Errorf("read the tenants Kustomization: %w", err)
+	}
+	for _, dir := range slices.Sorted(maps.Keys(folders)) {
+		spec, _, _ := unstructured.NestedMap(tmpl.Object, "spec")
+		spec["path"] = "./" + dir
+		name := publish.Name(path.Base(path.Dir(dir)), path.Base(dir))
+		if _, err := res.Create(ctx, &unstructured.Unstructured{Object: map[string]any{
+			"apiVersion": "kustomize.toolkit.fluxcd.io/v1", "kind": "Kustomization",
+			"metadata": map[string]any{"name": name, "namespace": controlplane.Namespace},
+			"spec":     spec,
+		}}, metav1.CreateOptions{}); err != nil {
+			return fmt.Errorf("make Kustomization %s: %w", name, err)
+		}
+	}
+	return nil
+}
+
+// perChange is the processor time each component used between two
+// readings, in milliseconds per change.
+func perChange(before, after map[string]time.Duration, changes int) map[string]float64 {
+	out := map[string]float64{}
+	for name, d := range after {
+		out[name] = float64(d-before[name]) / float64(time.Millisecond) / float64(max(changes, 1))
+	}
+	return out
+}
+
+// fluxControllers are the components the table sums as "controllers".
+var fluxControllers = []string{"source-controller", "kustomize-controller", "helm-controller"}
+
+// cpuSummary is the API server's, etcd's and Flux's controllers' processor
+// time per change.
+func cpuSummary(cpu map[string]float64) string {
+	var controllers float64
+	for _, c := range fluxControllers {
+		controllers += cpu[c]
+	}
+	return fmt.Sprintf("kube-apiserver %.0f ms, etcd %.0f ms, Flux's controllers %.0f ms", cpu["kube-apiserver"], cpu["etcd"], controllers)
+}
+
 // LiveTable formats the time-to-live results.
 func LiveTable(results []LiveResult) string {
 	var b strings.Builder
 	fmt.Fprintln(&b, "time to live: SendMessage -> the tenant's HelmRelease Ready (real control plane, Flux 1.x)")
-	fmt.Fprintf(&b, "%8s | %22s | %22s | %9s | %24s\n", "tenants", "request p50 / p95", "interval p50 / p95", "interval/", "tenants Kustomization")
-	fmt.Fprintf(&b, "%8s | %22s | %22s | %9s | %24s\n", "", "(ms)", "(ms)", "request", "apply p50 / p95 (ms)")
+	fmt.Fprintln(&b, "layouts: one = the platform's tenants Kustomization; tiers = a Kustomization per tier folder; shards = a Kustomization per")
+	fmt.Fprintln(&b, "shard folder, both of the GitRepository; artifacts = a Kustomization per shard folder from the worker's ExternalArtifact")
+	fmt.Fprintf(&b, "%8s | %-20s | %20s | %20s | %20s | %s\n", "tenants", "layout", "request p50 / p95", "interval p50 / p95", "apply p50 / p95", "CPU per change (ms)")
+	fmt.Fprintf(&b, "%8s | %-20s | %20s | %20s | %20s | %s\n", "", "", "(ms)", "(ms)", "(ms)", "API server / etcd / Flux controllers")
 	for _, r := range results {
 		if len(r.KustomizeFlags) > 0 {
 			fmt.Fprintf(&b, "(kustomize-controller %s)\n", strings.Join(r.KustomizeFlags, " "))
 		}
-		if r.Shards > 0 {
-			fmt.Fprintf(&b, "(%d shard folders per tier, each applied by a Kustomization of its own from the worker's ExternalArtifact; the apply column is theirs)\n", r.Shards)
+		if r.ShardInterval != "" {
+			fmt.Fprintf(&b, "(the shard Kustomizations' interval: %s)\n", r.ShardInterval)
 		}
-		fmt.Fprintf(&b, "%8d | %10.0f / %9.0f | %10.0f / %9.0f | %9.1f | %11.0f / %10.0f\n", r.Tenants,
-			r.Request.P50, r.Request.P95, r.Interval.P50, r.Interval.P95, r.IntervalOverRequest, r.TenantsApply.P50, r.TenantsApply.P95)
+		layout := r.Layout
+		if r.Shards > 1 {
+			layout = fmt.Sprintf("%s (%d/tier)", layout, r.Shards)
+		}
+		var controllers float64
+		for _, c := range fluxControllers {
+			controllers += r.CPU[c]
+		}
+		fmt.Fprintf(&b, "%8d | %-20s | %9.0f / %8.0f | %9.0f / %8.0f | %9.0f / %8.0f | %.0f / %.0f / %.0f\n", r.Tenants, layout,
+			r.Request.P50, r.Request.P95, r.Interval.P50, r.Interval.P95, r.TenantsApply.P50, r.TenantsApply.P95,
+			r.CPU["kube-apiserver"], r.CPU["etcd"], controllers)
 	}
 	return b.String()
 }
