@@ -42,9 +42,11 @@ func run() int {
 	ledgerBacklog := flag.Int("ledger-backlog", 20000, "onboardings waiting in the queue when a worker starts, on Gitea (git's server with -gitea=false); 0 skips it")
 	ledgerBacklogDeploy := flag.Bool("ledger-backlog-deployments", false, "make the backlog per-tenant deployments of the seeded tenants (the tree changes, the repository does not grow) instead of onboardings")
 	ledgerShards := flag.Int("ledger-shards", 0, "lay the backlog's repository out in this many shard folders per tier (tenant-worker layout migrate); 0 is the platform's layout")
+	ledgerNoServerGC := flag.Bool("ledger-no-server-gc", false, "turn git's automatic housekeeping off on the backlog's server repository (receive.autogc false)")
 	ledgerRevisions := flag.Int("ledger-revisions", 1000, "messages, half of them no-ops, whose new main revisions are counted, per server; 0 skips it")
 	liveLayouts := flag.String("live-layouts", "one", "layouts of the time to live, comma-separated, each on a control plane of its own: one (the platform's tenants Kustomization), tiers (a Kustomization per tier folder), shards (a Kustomization per shard folder, of the GitRepository), artifacts (a Kustomization per shard folder, from the worker's ExternalArtifact)")
 	liveShards := flag.Int("live-shards", 16, "shard folders per tier of the shards and artifacts layouts")
+	liveReleaseInterval := flag.String("live-release-interval", "", "the tenants' HelmRelease interval for the time to live, e.g. 10m (the tier templates' 1m0s when empty)")
 	liveShardInterval := flag.String("live-shard-interval", "", "interval of the Kustomizations of the tiers, shards and artifacts layouts, e.g. 10m (the tenants Kustomization's, 1m, when empty)")
 	only := flag.String("only", "", "run only this part: git, gitea, ledger or live")
 	flag.Parse()
@@ -53,13 +55,13 @@ func run() int {
 		*refN = *onboard
 	}
 	lo := bench.LiveOptions{Request: *liveRequest, Interval: *liveInterval, Binary: *binary, KustomizeFlags: strings.Fields(*kustomizeFlags),
-		Layouts: strings.Split(*liveLayouts, ","), Shards: *liveShards, ShardInterval: *liveShardInterval}
+		Layouts: strings.Split(*liveLayouts, ","), Shards: *liveShards, ShardInterval: *liveShardInterval, ReleaseInterval: *liveReleaseInterval}
 	var err error
 	if lo.Sizes, err = parseSizes(*liveSizes); err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)
 		return 2
 	}
-	ledgerOpts := bench.LedgerOptions{Tenants: *ledgerTenants, Onboard: *ledgerOnboard, Backlog: *ledgerBacklog, BacklogDeployments: *ledgerBacklogDeploy, Shards: *ledgerShards,
+	ledgerOpts := bench.LedgerOptions{Tenants: *ledgerTenants, Onboard: *ledgerOnboard, Backlog: *ledgerBacklog, BacklogDeployments: *ledgerBacklogDeploy, Shards: *ledgerShards, NoServerGC: *ledgerNoServerGC,
 		Revisions: *ledgerRevisions, Gitea: *onGitea, Binary: *binary}
 	if ledgerOpts.IDs, err = parseSizes(*ledgerIDs); err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)

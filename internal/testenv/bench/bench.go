@@ -88,9 +88,27 @@ func seedRepo(srv repoCreator, name string, n int) error {
 
 // seedRepoLaid is seedRepo with the tenant files laid out as to says (its
 // Shards and ShardKustomizations), as `tenant-worker layout migrate` moves
-// them. The tenants are dealt to tiers in turn (premium alone when none
-// are named).
-func seedRepoLaid(srv repoCreator, name string, n int, to gitops.Layout, tiers ...string) error {
+// them.
+func seedRepoLaid(srv repoCreator, name string, n int, to gitops.Layout) error {
+	return seedRepoWith(srv, name, n, seedSpec{Layout: to})
+}
+
+// seedSpec shapes a seeded repository beyond its size.
+type seedSpec struct {
+	// Layout is where the tenant files are (its Shards and
+	// ShardKustomizations).
+	Layout gitops.Layout
+	// Tiers take the tenants in turn (premium alone when empty).
+	Tiers []string
+	// ReleaseInterval, when set, replaces the tier templates' HelmRelease
+	// interval (1m0s) before any tenant is rendered from them.
+	ReleaseInterval string
+}
+
+// seedRepoWith makes a bare repository holding the reference tree plus n
+// tenants as spec says.
+func seedRepoWith(srv repoCreator, name string, n int, spec seedSpec) error {
+	to, tiers := spec.Layout, spec.Tiers
 	if len(tiers) == 0 {
 		tiers = []string{"premium"}
 	}
@@ -102,6 +120,13 @@ func seedRepoLaid(srv repoCreator, name string, n int, to gitops.Layout, tiers .
 	m, err := templates.MapFS()
 	if err != nil {
 		return err
+	}
+	if spec.ReleaseInterval != "" {
+		for p, f := range m {
+			if strings.HasPrefix(p, templates.Root+"/tier-templates/") {
+				f.Data = []byte(strings.ReplaceAll(string(f.Data), "\n  interval: 1m0s\n", "\n  interval: "+spec.ReleaseInterval+"\n"))
+			}
+		}
 	}
 	for _, tier := range tiers {
 		if err := templates.AddTenants(m, tier, ids[tier]...); err != nil {

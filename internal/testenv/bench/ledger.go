@@ -52,6 +52,10 @@ type LedgerOptions struct {
 	// Shards lays the backlog's repository out in that many shard folders
 	// per tier (tenant-worker layout migrate); 0 is the platform's layout.
 	Shards int
+	// NoServerGC turns git's automatic housekeeping off on the backlog's
+	// server repository (receive.autogc false): receive-pack no longer
+	// runs `git gc --auto`, whose repacks grow with the repository.
+	NoServerGC bool
 	// Revisions is the messages sent to count main's new revisions, half of
 	// them no-ops.
 	Revisions int
@@ -100,6 +104,11 @@ type LedgerBacklog struct {
 	// (SQS gave a message again): they are not counted in the rates.
 	Redelivered int     `json:"redelivered"`
 	PeakRSSMB   float64 `json:"worker_peak_rss_mb"`
+	// ServerGC is whether receive-pack ran git's automatic housekeeping;
+	// ServerObjects is `git count-objects -v` of the server repository
+	// after the backlog.
+	ServerGC      bool              `json:"server_autogc"`
+	ServerObjects map[string]string `json:"server_objects,omitempty"`
 }
 
 // LedgerRevisions is the new revisions of main and of the ledger branch
@@ -501,6 +510,12 @@ func ledgerBacklog(ctx context.Context, o LedgerOptions, api *sqs.Client, h ledg
 	if err := seedRepoLaid(h.srv, name, o.Tenants, gitops.Layout{Shards: o.Shards}); err != nil {
 		return b, fmt.Errorf("seed %s: %w", name, err)
 	}
+	b.ServerGC = !o.NoServerGC
+	if o.NoServerGC {
+		if err := gitserver.Git(h.path(name), "config", "receive.autogc", "false"); err != nil {
+			return b, err
+		}
+	}
 	queues, err := ledgerQueues(ctx, api, "backlog")
 	if err != nil {
 		return b, err
@@ -543,6 +558,14 @@ func ledgerBacklog(ctx context.Context, o LedgerOptions, api *sqs.Client, h ledg
 		time.Sleep(50 * time.Millisecond)
 	}
 	b.PeakRSSMB = peakRSS(w.cmd.Process.Pid)
+	if out, err := gitserver.OutputIn(h.path(name), "count-objects", "-v"); err == nil {
+		b.ServerObjects = map[string]string{}
+		for _, l := range strings.Split(strings.TrimSpace(out), "\n") {
+			if k, v, ok := strings.Cut(l, ": "); ok {
+				b.ServerObjects[k] = v
+			}
+		}
+	}
 	start := w.times(logConsuming)[0]
 	done := w.times(logApplied)[:n]
 	b.Redelivered = w.count(logRedelivered)
@@ -608,10 +631,22 @@ func LedgerTable(r *LedgerResult) string {
 		if l.Shards > 0 {
 			layout = fmt.Sprintf("%d shards per tier", l.Shards)
 		}
+		if !l.ServerGC {
+			layout += ", receive.autogc off"
+		}
 		fmt.Fprintf(&b, "| %s, %s | %d | %d %s | %.1f | %.0f | %s | %s | %s | %s | %s | %d | %.0f |\n", l.Server, layout, l.Tenants, l.Messages, l.Kind,
 			l.Seconds, l.PerSecond, yes(l.PerSecond >= 100), first, last, ratio, ok, l.Redelivered, l.PeakRSSMB)
 	}
+	if l := r.Backlog; l != nil && l.ServerObjects != nil {
+		fmt.Fprintf(&b, "\nserver repository after the backlog: %d loose objects, %s packs (%s KiB packed)\n",
+			atoi(l.ServerObjects["count"]), l.ServerObjects["packs"], l.ServerObjects["size-pack"])
+	}
 	return b.String()
+}
+
+func atoi(s string) int {
+	n, _ := strconv.Atoi(s)
+	return n
 }
 
 func yes(ok bool) string {

@@ -60,6 +60,12 @@ type LiveResult struct {
 	// Shards is the shard folders per tier, each applied by a Kustomization
 	// of its own (0: the platform's one tenants Kustomization).
 	Shards int `json:"shard_kustomizations_per_tier,omitempty"`
+	// ReleaseInterval is the tenants' HelmRelease interval when not the
+	// templates' 1m0s.
+	ReleaseInterval string `json:"helmrelease_interval,omitempty"`
+	// TimedOut is the sample, if any, that was not Ready within the
+	// sample timeout: it ended the run, and is not in Request.
+	TimedOut *TimedOut `json:"timed_out,omitempty"`
 	// ShardInterval is the interval of the shard Kustomizations when not
 	// the tenants Kustomization's.
 	ShardInterval string `json:"shard_kustomization_interval,omitempty"`
@@ -68,6 +74,19 @@ type LiveResult struct {
 	// components' time over the runs, divided by the onboardings.
 	CPU map[string]float64 `json:"cpu_ms_per_change,omitempty"`
 }
+
+// TimedOut is how far a sample got before the sample timeout, in
+// milliseconds from SendMessage; zero for a stage it did not reach.
+type TimedOut struct {
+	Sample    int     `json:"sample"`
+	PushedMS  float64 `json:"pushed_ms"`
+	CreatedMS float64 `json:"helmrelease_made_ms"`
+	AfterMS   float64 `json:"timeout_ms"`
+}
+
+// sampleTimeout bounds one sample: a tenant not Ready by then ends its
+// run (a control plane that far behind would not catch up).
+const sampleTimeout = 5 * time.Minute
 
 // The layouts the time to live is measured in.
 const (
@@ -109,6 +128,10 @@ type LiveOptions struct {
 	// Shards is the shard folders per tier of LayoutShards and
 	// LayoutArtifacts.
 	Shards int
+	// ReleaseInterval, when set, is the tenants' HelmRelease interval (the
+	// tier templates' 1m0s when empty): how often helm-controller
+	// reconciles each installed tenant, and source-controller its chart.
+	ReleaseInterval string
 	// ShardInterval, when set, is the interval of the Kustomizations of
 	// every layout but LayoutOne (the tenants Kustomization's, 1m, when
 	// empty): how often each re-applies its folder when nothing changed.
@@ -166,7 +189,7 @@ func liveTenant(reconcile bool, i int) (id, tier string) {
 
 func liveSize(ctx context.Context, o LiveOptions, n int, layout string, progress io.Writer) (LiveResult, error) {
 	l := laid(layout, o.Shards)
-	res := LiveResult{Tenants: n, KustomizeFlags: o.KustomizeFlags, Layout: layout, Shards: l.Shards}
+	res := LiveResult{Tenants: n, KustomizeFlags: o.KustomizeFlags, Layout: layout, Shards: l.Shards, ReleaseInterval: o.ReleaseInterval}
 	flags := o.KustomizeFlags
 	if layout == LayoutArtifacts {
 		flags = append(slices.Clone(flags), "--feature-gates=ExternalArtifact=true")
@@ -189,7 +212,8 @@ func liveSize(ctx context.Context, o LiveOptions, n int, layout string, progress
 		return res, err
 	}
 	defer srv.Close()
-	if err := seedRepoLaid(srv, "live.git", n, gitops.Layout{Shards: l.Shards, ShardKustomizations: l.ShardKustomizations}, liveTiers...); err != nil {
+	if err := seedRepoWith(srv, "live.git", n, seedSpec{Layout: gitops.Layout{Shards: l.Shards, ShardKustomizations: l.ShardKustomizations},
+		Tiers: liveTiers, ReleaseInterval: o.ReleaseInterval}); err != nil {
 		return res, err
 	}
 	fmt.Fprintf(progress, "bench (live): %d tenants, layout %s: starting a control plane with Flux and installing them\n", n, layout)
@@ -249,7 +273,9 @@ func liveSize(ctx context.Context, o LiveOptions, n int, layout string, progress
 		defer publisher.stop()
 	}
 	start := time.Now()
-	if err := waitReleasesReady(ctx, cp, n+1, 30*time.Minute); err != nil { // the tenants and pool-1
+	// The tenants and pool-1; helm-controller installs about 75 a minute
+	// here at 2,000.
+	if err := waitReleasesReady(ctx, cp, n+1, max(30*time.Minute, time.Duration(n)*1500*time.Millisecond)); err != nil {
 		return res, err
 	}
 	fmt.Fprintf(progress, "bench (live): %d tenants installed by Flux in %s\n", n, time.Since(start).Round(time.Second))
@@ -297,7 +323,19 @@ func liveSize(ctx context.Context, o LiveOptions, n int, layout string, progress
 				w.stop()
 				return res, err
 			}
-			st, err := waitLive(ctx, cp, refs, old, id+"-"+tier, 5*time.Minute)
+			st, err := waitLive(ctx, cp, refs, old, id+"-"+tier, sampleTimeout)
+			if err != nil && ctx.Err() == nil && mode.reconcile {
+				ms := func(t time.Time) float64 {
+					if t.IsZero() {
+						return 0
+					}
+					return float64(t.Sub(sent)) / float64(time.Millisecond)
+				}
+				res.TimedOut = &TimedOut{Sample: i, PushedMS: ms(st.pushed), CreatedMS: ms(st.created), AfterMS: float64(sampleTimeout / time.Millisecond)}
+				fmt.Fprintf(progress, "bench (live): %d tenants, layout %s: %s: %v (pushed after %.0f ms, HelmRelease made after %.0f ms); the run ends here\n",
+					n, layout, id, err, res.TimedOut.PushedMS, res.TimedOut.CreatedMS)
+				break
+			}
 			if err != nil {
 				w.stop()
 				return res, fmt.Errorf("%s: %w\nworker log:\n%s", id, err, w.tail())
@@ -306,7 +344,7 @@ func liveSize(ctx context.Context, o LiveOptions, n int, layout string, progress
 			pushed, created = append(pushed, st.pushed.Sub(sent)), append(created, st.created.Sub(sent))
 		}
 		if mode.reconcile {
-			res.CPU = perChange(cpuBefore, cp.CPU(), mode.count)
+			res.CPU = perChange(cpuBefore, cp.CPU(), len(ds)+btoi(res.TimedOut != nil))
 			res.Pushed, res.Created = stats(pushed), stats(created)
 		}
 		w.stop()
@@ -489,6 +527,13 @@ func perChange(before, after map[string]time.Duration, changes int) map[string]f
 	return out
 }
 
+func btoi(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
+
 // fluxControllers are the components the table sums as "controllers".
 var fluxControllers = []string{"source-controller", "kustomize-controller", "helm-controller"}
 
@@ -517,6 +562,13 @@ func LiveTable(results []LiveResult) string {
 		}
 		if r.ShardInterval != "" {
 			fmt.Fprintf(&b, "(the shard Kustomizations' interval: %s)\n", r.ShardInterval)
+		}
+		if r.ReleaseInterval != "" {
+			fmt.Fprintf(&b, "(the tenants' HelmRelease interval: %s)\n", r.ReleaseInterval)
+		}
+		if t := r.TimedOut; t != nil {
+			fmt.Fprintf(&b, "(sample %d not Ready within %.0f s: pushed after %.0f ms, HelmRelease made after %.0f ms; the row is the samples before it)\n",
+				t.Sample, t.AfterMS/1000, t.PushedMS, t.CreatedMS)
 		}
 		layout := r.Layout
 		if r.Shards > 1 {
