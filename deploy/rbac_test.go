@@ -103,6 +103,9 @@ func TestChartArtifactsRBAC(t *testing.T) {
 	if got := r.configMap.Data["ARTIFACT_URL"]; got != "http://tenant-worker.tenant-worker.svc:9090" || r.configMap.Data["ARTIFACT_ADDR"] != ":9090" {
 		t.Errorf("ARTIFACT_URL %q, ARTIFACT_ADDR %q", got, r.configMap.Data["ARTIFACT_ADDR"])
 	}
+	if got := r.configMap.Data["ARTIFACT_INTERVAL"]; got != "10m" {
+		t.Errorf("ARTIFACT_INTERVAL %q, want the chart's default 10m", got)
+	}
 	served := false
 	for _, p := range r.service.Spec.Ports {
 		served = served || p.Name == "artifacts" && p.Port == 9090

@@ -241,6 +241,10 @@ func TestWorkerPublishesShardArtifacts(t *testing.T) {
 	if kind, _, _ := unstructured.NestedString(k.Object, "spec", "sourceRef", "kind"); kind != "ExternalArtifact" || !prune || len(subst) == 0 {
 		t.Errorf("%s: source %s, prune %v, substitutions %v: want the ExternalArtifact and the tenants Kustomization's settings", name, kind, prune, subst)
 	}
+	// ARTIFACT_INTERVAL's default, not the tenants Kustomization's 1m0s.
+	if iv, _, _ := unstructured.NestedString(k.Object, "spec", "interval"); iv != "10m0s" {
+		t.Errorf("%s: interval %q, want ARTIFACT_INTERVAL's 10m0s", name, iv)
+	}
 	if tier, _ := h.httpBackend().Output(repoName, "show", "main:"+l.TierKustomization("premium")); strings.Contains(tier, "shard-") {
 		t.Errorf("the tier lists a shard folder, so dataplane-tenants applies it too:\n%s", tier)
 	}

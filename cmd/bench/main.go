@@ -47,7 +47,7 @@ func run() int {
 	liveLayouts := flag.String("live-layouts", "one", "layouts of the time to live, comma-separated, each on a control plane of its own: one (the platform's tenants Kustomization), tiers (a Kustomization per tier folder), shards (a Kustomization per shard folder, of the GitRepository), artifacts (a Kustomization per shard folder, from the worker's ExternalArtifact)")
 	liveShards := flag.Int("live-shards", 16, "shard folders per tier of the shards and artifacts layouts")
 	liveReleaseInterval := flag.String("live-release-interval", "", "the tenants' HelmRelease interval for the time to live, e.g. 10m (the tier templates' 1m0s when empty)")
-	liveShardInterval := flag.String("live-shard-interval", "", "interval of the Kustomizations of the tiers, shards and artifacts layouts, e.g. 10m (the tenants Kustomization's, 1m, when empty)")
+	liveShardInterval := flag.String("live-shard-interval", "", "interval of the Kustomizations of the tiers, shards and artifacts layouts, e.g. 10m (when empty: the tenants Kustomization's, 1m, for tiers and shards; the worker's ARTIFACT_INTERVAL default for artifacts)")
 	only := flag.String("only", "", "run only this part: git, gitea, ledger or live")
 	flag.Parse()
 

@@ -46,7 +46,7 @@ func artifacts(o wconfig.Options) (*publish.Publisher, error) {
 		template = ks[0]
 	}
 	return publish.New(publish.Options{Layout: gitops.Layout{Root: o.GitopsRoot}, Namespace: o.FluxNamespace,
-		URL: o.ArtifactURL, Client: dyn, Branch: o.GitBranch, Template: template}), nil
+		URL: o.ArtifactURL, Client: dyn, Branch: o.GitBranch, Template: template, Interval: o.ArtifactInterval}), nil
 }
 
 // rebuildFrom lets the publisher build again, from p's clone, an archive

@@ -84,6 +84,9 @@ type Options struct {
 	// of their own): the URL kustomize-controller reaches ArtifactAddr at.
 	ArtifactURL  string
 	ArtifactAddr string
+	// ArtifactInterval is the interval of the shard Kustomizations the
+	// worker makes (zero: the tenants Kustomization's).
+	ArtifactInterval time.Duration
 
 	HTTPAddr  string
 	LogLevel  string
@@ -124,6 +127,7 @@ func Default() Options {
 		FluxReconcile:      true,
 		ReadinessRecord:    "tenant-worker-readiness",
 		ArtifactAddr:       ":8081",
+		ArtifactInterval:   10 * time.Minute,
 		HTTPAddr:           ":8080",
 		LogLevel:           "info",
 		LogFormat:          "json",
@@ -215,6 +219,7 @@ func (o *Options) BindGroups(fs *flag.FlagSet, getenv func(string) string, group
 		str(&o.ReadinessRecord, "readiness-record", "READINESS_RECORD", "ConfigMap in FLUX_NAMESPACE recording the readiness events published, so that a restart publishes none twice; empty for none")
 		str(&o.ArtifactURL, "artifact-url", "ARTIFACT_URL", "URL at which Flux's kustomize-controller reaches ARTIFACT_ADDR; set, the worker publishes one ExternalArtifact per shard folder when the layout gives shard folders Kustomizations of their own; empty for none")
 		str(&o.ArtifactAddr, "artifact-addr", "ARTIFACT_ADDR", "address serving the shard folders' archives when ARTIFACT_URL is set")
+		dur(&o.ArtifactInterval, "artifact-interval", "ARTIFACT_INTERVAL", "interval of the shard Kustomizations the worker makes: how often each applies its folder again with nothing changed (a change is applied at once); 0 takes the tenants Kustomization's")
 		str(&o.HTTPAddr, "http-addr", "HTTP_ADDR", "address serving the status page, /api/runs, /metrics, /healthz and /readyz")
 		str(&o.LogLevel, "log-level", "LOG_LEVEL", "debug, info, warn or error")
 		str(&o.LogFormat, "log-format", "LOG_FORMAT", "json or console")
@@ -351,6 +356,9 @@ func (o *Options) ValidateGroups(groups Group) error {
 		}
 		if o.ArtifactAddr == "" {
 			errs = append(errs, errors.New("ARTIFACT_URL needs ARTIFACT_ADDR"))
+		}
+		if o.ArtifactInterval < 0 {
+			errs = append(errs, fmt.Errorf("ARTIFACT_INTERVAL must not be negative, not %s", o.ArtifactInterval))
 		}
 	}
 	switch o.LogFormat {

@@ -56,6 +56,13 @@ type Options struct {
 	// folder) whose settings each shard's Kustomization takes: interval,
 	// prune, timeout, post-build substitutions, service account.
 	Template string
+	// Interval, when set, is the interval of each Kustomization made
+	// instead of the template's: how often it applies its folder again
+	// with nothing changed. A change reaches it through its
+	// ExternalArtifact at once, whatever the interval; what the interval
+	// costs is every tenant applied again once per interval, in whatever
+	// number of Kustomizations they are.
+	Interval time.Duration
 	// At, if set, calls fn with the snapshot of a commit (fetched if this
 	// replica does not have it yet): an archive another replica published
 	// is built again on request, so that any replica behind a Service
@@ -337,6 +344,9 @@ func (p *Publisher) kustomization(ctx context.Context, name string) error {
 		spec["path"] = "./"
 		spec["sourceRef"] = map[string]any{"kind": "ExternalArtifact", "name": name}
 		delete(spec, "suspend")
+		if p.o.Interval > 0 {
+			spec["interval"] = p.o.Interval.String()
+		}
 		_, err = res.Create(ctx, &unstructured.Unstructured{Object: map[string]any{
 			"apiVersion": "kustomize.toolkit.fluxcd.io/v1", "kind": "Kustomization",
 			"metadata": map[string]any{"name": name, "namespace": p.o.Namespace,

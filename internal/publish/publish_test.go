@@ -7,8 +7,16 @@ import (
 	"net/http/httptest"
 	"strings"
 	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	dynfake "k8s.io/client-go/dynamic/fake"
 
 	"github.com/tenant-worker/tenant-worker/internal/artifact"
+	"github.com/tenant-worker/tenant-worker/internal/flux"
 	"github.com/tenant-worker/tenant-worker/internal/gitops"
 	"github.com/tenant-worker/tenant-worker/internal/testenv/memtree"
 )
@@ -79,5 +87,54 @@ func TestServeBuildsWhatAnotherReplicaPublished(t *testing.T) {
 	}
 	if len(asked) != 2 || asked[0] != "c1" {
 		t.Errorf("commits built from: %v", asked)
+	}
+}
+
+// TestKustomizationInterval: a Kustomization made for a shard folder takes
+// the template's settings, with Interval in place of the template's
+// interval when set, and the template's own when not; one that exists is
+// left as it is.
+func TestKustomizationInterval(t *testing.T) {
+	template := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "kustomize.toolkit.fluxcd.io/v1", "kind": "Kustomization",
+		"metadata": map[string]any{"name": "dataplane-tenants", "namespace": "flux-system"},
+		"spec": map[string]any{"interval": "1m0s", "prune": true, "path": "./tenants",
+			"sourceRef": map[string]any{"kind": "GitRepository", "name": "flux-system"}},
+	}}
+	tuned := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "kustomize.toolkit.fluxcd.io/v1", "kind": "Kustomization",
+		"metadata": map[string]any{"name": Name("basic", "shard-01"), "namespace": "flux-system"},
+		"spec":     map[string]any{"interval": "3h"},
+	}}
+	for _, tc := range []struct {
+		interval time.Duration
+		want     string
+	}{{10 * time.Minute, "10m0s"}, {0, "1m0s"}} {
+		dyn := dynfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(),
+			map[schema.GroupVersionResource]string{flux.Kustomizations: "KustomizationList"}, template.DeepCopy(), tuned.DeepCopy())
+		p := New(Options{Namespace: "flux-system", Client: dyn, Template: "dataplane-tenants", Interval: tc.interval})
+		for _, name := range []string{Name("premium", "shard-00"), Name("basic", "shard-01")} {
+			if err := p.kustomization(context.Background(), name); err != nil {
+				t.Fatal(err)
+			}
+		}
+		res := dyn.Resource(flux.Kustomizations).Namespace("flux-system")
+		made, err := res.Get(context.Background(), Name("premium", "shard-00"), metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		iv, _, _ := unstructured.NestedString(made.Object, "spec", "interval")
+		prune, _, _ := unstructured.NestedBool(made.Object, "spec", "prune")
+		kind, _, _ := unstructured.NestedString(made.Object, "spec", "sourceRef", "kind")
+		if iv != tc.want || !prune || kind != "ExternalArtifact" {
+			t.Errorf("Interval %s: made interval %q, prune %v, source %s; want %s, the template's prune, the ExternalArtifact", tc.interval, iv, prune, kind, tc.want)
+		}
+		kept, err := res.Get(context.Background(), Name("basic", "shard-01"), metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if iv, _, _ := unstructured.NestedString(kept.Object, "spec", "interval"); iv != "3h" {
+			t.Errorf("Interval %s: an operator's Kustomization was changed to interval %q", tc.interval, iv)
+		}
 	}
 }

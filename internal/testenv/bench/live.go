@@ -21,6 +21,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
 
+	"github.com/tenant-worker/tenant-worker/internal/config"
 	"github.com/tenant-worker/tenant-worker/internal/flux"
 	"github.com/tenant-worker/tenant-worker/internal/gitops"
 	"github.com/tenant-worker/tenant-worker/internal/publish"
@@ -133,8 +134,10 @@ type LiveOptions struct {
 	// reconciles each installed tenant, and source-controller its chart.
 	ReleaseInterval string
 	// ShardInterval, when set, is the interval of the Kustomizations of
-	// every layout but LayoutOne (the tenants Kustomization's, 1m, when
-	// empty): how often each re-applies its folder when nothing changed.
+	// every layout but LayoutOne (when empty: the tenants Kustomization's,
+	// 1m, for the bench's own; ARTIFACT_INTERVAL's default for the
+	// worker's): how often each applies its folder again when nothing
+	// changed.
 	ShardInterval string
 }
 
@@ -266,6 +269,11 @@ func liveSize(ctx context.Context, o LiveOptions, n int, layout string, progress
 		addr := ln.Addr().String()
 		ln.Close()
 		artifacts = []string{"ARTIFACT_ADDR=" + addr, "ARTIFACT_URL=http://" + addr}
+		if o.ShardInterval != "" {
+			artifacts = append(artifacts, "ARTIFACT_INTERVAL="+o.ShardInterval)
+		} else {
+			res.ShardInterval = config.Default().ArtifactInterval.String() + " (ARTIFACT_INTERVAL's default)"
+		}
 		if publisher, err = startWorker(o.Binary, srv.RepoURL("live.git"), o.SQSEndpoint, queues, append([]string{"GIT_TOKEN=" + token,
 			"KUBECONFIG=" + cp.Kubeconfig, "FLUX_RECONCILE=true"}, artifacts...)...); err != nil {
 			return res, err
