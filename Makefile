@@ -80,7 +80,9 @@ run: tools build
 	$(GO) build -o $(BIN)/devstack ./cmd/devstack
 	$(BIN)/devstack
 
-# Everything under the race detector, then the fault run on its own (its
+# Everything under the race detector (the integration package, real servers
+# and control planes one after another, takes longer than go test's default
+# 10-minute timeout), then the fault run on its own (its
 # workers are separate processes) so that its counts are printed: once as
 # is, once on one core with messages sent ten times faster. Its faults are
 # triggered by the git protocol, not the clock, so both must pass.
@@ -92,7 +94,7 @@ test-deps:
 	$(MAKE) --no-print-directory -j4 tools gitea controlplane debs
 
 test: test-deps vet fmt-check
-	$(GO) test -race -count=1 -skip '^TestFaultRun$$' ./...
+	$(GO) test -race -count=1 -timeout 30m -skip '^TestFaultRun$$' ./...
 	set -o pipefail; $(FAULT_RUN)
 	set -o pipefail; GOMAXPROCS=1 FAULT_SEND_EVERY=200us $(FAULT_RUN)
 
