@@ -9,6 +9,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/tenant-worker/tenant-worker/internal/testenv/bench"
 	"github.com/tenant-worker/tenant-worker/internal/testenv/fauxqs"
@@ -47,7 +48,7 @@ func run() int {
 	liveLayouts := flag.String("live-layouts", "one", "layouts of the time to live, comma-separated, each on a control plane of its own: one (the platform's tenants Kustomization), tiers (a Kustomization per tier folder), shards (a Kustomization per shard folder, of the GitRepository), artifacts (a Kustomization per shard folder, from the worker's ExternalArtifact)")
 	liveShards := flag.Int("live-shards", 16, "shard folders per tier of the shards and artifacts layouts")
 	liveReleaseInterval := flag.String("live-release-interval", "", "the tenants' HelmRelease interval for the time to live, e.g. 10m (the tier templates' 1m0s when empty)")
-	liveShardInterval := flag.String("live-shard-interval", "", "interval of the Kustomizations of the tiers, shards and artifacts layouts, e.g. 10m (when empty: the tenants Kustomization's, 1m, for tiers and shards; the worker's ARTIFACT_INTERVAL default for artifacts)")
+	liveShardInterval := flag.String("live-shard-interval", "", "interval of the Kustomizations of the tiers, shards and artifacts layouts, e.g. 10m (when empty: the tenants Kustomization's, 1m, for tiers and shards; the worker's ARTIFACT_INTERVAL default for artifacts); the timeout and retry interval stay the tenants Kustomization's")
 	only := flag.String("only", "", "run only this part: git, gitea, ledger or live")
 	flag.Parse()
 
@@ -55,8 +56,14 @@ func run() int {
 		*refN = *onboard
 	}
 	lo := bench.LiveOptions{Request: *liveRequest, Interval: *liveInterval, Binary: *binary, KustomizeFlags: strings.Fields(*kustomizeFlags),
-		Layouts: strings.Split(*liveLayouts, ","), Shards: *liveShards, ShardInterval: *liveShardInterval, ReleaseInterval: *liveReleaseInterval}
+		Layouts: strings.Split(*liveLayouts, ","), Shards: *liveShards, ReleaseInterval: *liveReleaseInterval}
 	var err error
+	if *liveShardInterval != "" {
+		if lo.ShardInterval, err = time.ParseDuration(*liveShardInterval); err != nil || lo.ShardInterval < time.Second {
+			fmt.Fprintf(os.Stderr, "bench: -live-shard-interval %q: not an interval of 1s or more\n", *liveShardInterval)
+			return 2
+		}
+	}
 	if lo.Sizes, err = parseSizes(*liveSizes); err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)
 		return 2

@@ -357,8 +357,8 @@ func (o *Options) ValidateGroups(groups Group) error {
 		if o.ArtifactAddr == "" {
 			errs = append(errs, errors.New("ARTIFACT_URL needs ARTIFACT_ADDR"))
 		}
-		if o.ArtifactInterval < 0 {
-			errs = append(errs, fmt.Errorf("ARTIFACT_INTERVAL must not be negative, not %s", o.ArtifactInterval))
+		if o.ArtifactInterval < 0 || o.ArtifactInterval > 0 && o.ArtifactInterval < time.Second {
+			errs = append(errs, fmt.Errorf("ARTIFACT_INTERVAL must be 0 (the tenants Kustomization's) or at least 1s, not %s", o.ArtifactInterval))
 		}
 	}
 	switch o.LogFormat {

@@ -118,3 +118,17 @@ func TestSSHSettings(t *testing.T) {
 		}
 	}
 }
+
+// TestArtifactInterval: ARTIFACT_INTERVAL takes 0 (the tenants
+// Kustomization's) or a whole interval Flux can write; a negative or
+// sub-second one is refused at start, naming the setting.
+func TestArtifactInterval(t *testing.T) {
+	for v, ok := range map[string]bool{"": true, "0": true, "0s": true, "1s": true, "10m": true, "1.5s": true,
+		"-5m": false, "500us": false, "1ns": false, "999ms": false, "10": false} {
+		o, err := bind(t, map[string]string{"GIT_REPO_URL": "http://gitea:3000/admin/gitops.git",
+			"ARTIFACT_URL": "http://tenant-worker.tenant-worker.svc:8081", "ARTIFACT_INTERVAL": v})
+		if ok && err != nil || !ok && (err == nil || !strings.Contains(err.Error(), "ARTIFACT_INTERVAL")) {
+			t.Errorf("ARTIFACT_INTERVAL=%q: interval %s, error %v", v, o.ArtifactInterval, err)
+		}
+	}
+}

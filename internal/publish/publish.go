@@ -317,6 +317,40 @@ func (p *Publisher) point(ctx context.Context, name, file string, a artifact.Art
 	return true, nil
 }
 
+// FromTemplate returns a Kustomization named name, in tmpl's namespace,
+// applying dir of source with tmpl's settings (prune, timeout,
+// substitutions, service account), never suspended. A positive interval
+// replaces tmpl's; the timeout and retry interval Flux would have derived
+// from tmpl's interval are then written out, so that a longer interval
+// does not also stretch how long an apply may take and how soon a failed
+// one is tried again.
+func FromTemplate(tmpl *unstructured.Unstructured, name string, source map[string]any, dir string, interval time.Duration) *unstructured.Unstructured {
+	spec, _, _ := unstructured.NestedMap(tmpl.Object, "spec")
+	if spec == nil {
+		spec = map[string]any{}
+	}
+	spec["path"] = dir
+	spec["sourceRef"] = source
+	delete(spec, "suspend")
+	if interval > 0 {
+		if was, err := time.ParseDuration(fmt.Sprint(spec["interval"])); err == nil {
+			// Flux's GetTimeout and GetRetryInterval, of tmpl.
+			if _, set := spec["timeout"]; !set {
+				spec["timeout"] = max(was-30*time.Second, 30*time.Second).String()
+			}
+			if _, set := spec["retryInterval"]; !set {
+				spec["retryInterval"] = was.String()
+			}
+		}
+		spec["interval"] = interval.String()
+	}
+	return &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "kustomize.toolkit.fluxcd.io/v1", "kind": "Kustomization",
+		"metadata": map[string]any{"name": name, "namespace": tmpl.GetNamespace()},
+		"spec":     spec,
+	}}
+}
+
 // kustomization makes the Kustomization applying the ExternalArtifact
 // name, if it is missing, with the settings of the template Kustomization.
 // One that exists is left as it is: an operator may tune it.
@@ -337,22 +371,9 @@ func (p *Publisher) kustomization(ctx context.Context, name string) error {
 		if tmpl, err = res.Get(ctx, p.o.Template, metav1.GetOptions{}); err != nil {
 			return fmt.Errorf("read the template Kustomization %s: %w", p.o.Template, err)
 		}
-		spec, _, _ := unstructured.NestedMap(tmpl.Object, "spec")
-		if spec == nil {
-			spec = map[string]any{}
-		}
-		spec["path"] = "./"
-		spec["sourceRef"] = map[string]any{"kind": "ExternalArtifact", "name": name}
-		delete(spec, "suspend")
-		if p.o.Interval > 0 {
-			spec["interval"] = p.o.Interval.String()
-		}
-		_, err = res.Create(ctx, &unstructured.Unstructured{Object: map[string]any{
-			"apiVersion": "kustomize.toolkit.fluxcd.io/v1", "kind": "Kustomization",
-			"metadata": map[string]any{"name": name, "namespace": p.o.Namespace,
-				"labels": map[string]any{"app.kubernetes.io/managed-by": "tenant-worker"}},
-			"spec": spec,
-		}}, metav1.CreateOptions{})
+		k := FromTemplate(tmpl, name, map[string]any{"kind": "ExternalArtifact", "name": name}, "./", p.o.Interval)
+		k.SetLabels(map[string]string{"app.kubernetes.io/managed-by": "tenant-worker"})
+		_, err = res.Create(ctx, k, metav1.CreateOptions{})
 		if apierrors.IsAlreadyExists(err) {
 			err = nil // another replica made it
 		}

@@ -5,6 +5,7 @@ import (
 	"context"
 	"net/http"
 	"net/http/httptest"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -129,12 +130,46 @@ func TestKustomizationInterval(t *testing.T) {
 		if iv != tc.want || !prune || kind != "ExternalArtifact" {
 			t.Errorf("Interval %s: made interval %q, prune %v, source %s; want %s, the template's prune, the ExternalArtifact", tc.interval, iv, prune, kind, tc.want)
 		}
+		// The template sets no timeout and no retry interval: Flux derives
+		// both from the interval (timeout interval-30s, at least 30s; retry
+		// the interval), so the made one keeps the template's.
+		timeout, hasTimeout, _ := unstructured.NestedString(made.Object, "spec", "timeout")
+		retry, hasRetry, _ := unstructured.NestedString(made.Object, "spec", "retryInterval")
+		if tc.interval > 0 && (timeout != "30s" || retry != "1m0s") || tc.interval == 0 && (hasTimeout || hasRetry) {
+			t.Errorf("Interval %s: made timeout %q, retryInterval %q; want the template's effective 30s and 1m0s when the interval changes, nothing written when it does not", tc.interval, timeout, retry)
+		}
 		kept, err := res.Get(context.Background(), Name("basic", "shard-01"), metav1.GetOptions{})
 		if err != nil {
 			t.Fatal(err)
 		}
 		if iv, _, _ := unstructured.NestedString(kept.Object, "spec", "interval"); iv != "3h" {
 			t.Errorf("Interval %s: an operator's Kustomization was changed to interval %q", tc.interval, iv)
+		}
+	}
+}
+
+// TestFromTemplateKeepsWhatTheTemplateSets: a template's own timeout and
+// retry interval are kept as they are when the interval changes, and every
+// interval written matches the pattern of Flux's CRD.
+func TestFromTemplateKeepsWhatTheTemplateSets(t *testing.T) {
+	tmpl := &unstructured.Unstructured{Object: map[string]any{
+		"metadata": map[string]any{"name": "dataplane-tenants", "namespace": "flux-system"},
+		"spec":     map[string]any{"interval": "5m", "timeout": "2m", "retryInterval": "20s", "suspend": true},
+	}}
+	k := FromTemplate(tmpl, "x", map[string]any{"kind": "GitRepository", "name": "flux-system"}, "./tenants/basic/shard-00", 90*time.Minute)
+	spec, _, _ := unstructured.NestedMap(k.Object, "spec")
+	if spec["timeout"] != "2m" || spec["retryInterval"] != "20s" || spec["interval"] != "1h30m0s" || spec["suspend"] != nil ||
+		spec["path"] != "./tenants/basic/shard-00" || k.GetNamespace() != "flux-system" {
+		t.Errorf("made spec %v in namespace %q", spec, k.GetNamespace())
+	}
+	if tmpl.Object["spec"].(map[string]any)["interval"] != "5m" {
+		t.Error("the template itself was changed")
+	}
+	fluxDuration := regexp.MustCompile(`^([0-9]+(\.[0-9]+)?(ms|s|m|h))+$`)
+	for _, d := range []time.Duration{time.Second, 10 * time.Minute, 90 * time.Minute, 1500 * time.Millisecond} {
+		iv, _, _ := unstructured.NestedString(FromTemplate(tmpl, "x", nil, "./", d).Object, "spec", "interval")
+		if !fluxDuration.MatchString(iv) {
+			t.Errorf("interval %s written as %q, which Flux's CRD refuses", d, iv)
 		}
 	}
 }

@@ -122,10 +122,13 @@ func seedRepoWith(srv repoCreator, name string, n int, spec seedSpec) error {
 		return err
 	}
 	if spec.ReleaseInterval != "" {
-		for p, f := range m {
-			if strings.HasPrefix(p, templates.Root+"/tier-templates/") {
-				f.Data = []byte(strings.ReplaceAll(string(f.Data), "\n  interval: 1m0s\n", "\n  interval: "+spec.ReleaseInterval+"\n"))
+		const was = "\n  interval: 1m0s\n"
+		for _, tier := range tiers {
+			f := m[templates.Root+"/tier-templates/"+tier+"_tenant_template.yaml"]
+			if f == nil || !strings.Contains(string(f.Data), was) {
+				return fmt.Errorf("the %s template has no HelmRelease interval of 1m0s to replace", tier)
 			}
+			f.Data = []byte(strings.ReplaceAll(string(f.Data), was, "\n  interval: "+spec.ReleaseInterval+"\n"))
 		}
 	}
 	for _, tier := range tiers {

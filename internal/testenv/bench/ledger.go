@@ -638,15 +638,10 @@ func LedgerTable(r *LedgerResult) string {
 			l.Seconds, l.PerSecond, yes(l.PerSecond >= 100), first, last, ratio, ok, l.Redelivered, l.PeakRSSMB)
 	}
 	if l := r.Backlog; l != nil && l.ServerObjects != nil {
-		fmt.Fprintf(&b, "\nserver repository after the backlog: %d loose objects, %s packs (%s KiB packed)\n",
-			atoi(l.ServerObjects["count"]), l.ServerObjects["packs"], l.ServerObjects["size-pack"])
+		fmt.Fprintf(&b, "\nserver repository after the backlog: %s loose objects, %s packs (%s KiB packed)\n",
+			l.ServerObjects["count"], l.ServerObjects["packs"], l.ServerObjects["size-pack"])
 	}
 	return b.String()
-}
-
-func atoi(s string) int {
-	n, _ := strconv.Atoi(s)
-	return n
 }
 
 func yes(ok bool) string {

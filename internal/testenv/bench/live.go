@@ -19,7 +19,6 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/tenant-worker/tenant-worker/internal/config"
 	"github.com/tenant-worker/tenant-worker/internal/flux"
@@ -134,11 +133,11 @@ type LiveOptions struct {
 	// reconciles each installed tenant, and source-controller its chart.
 	ReleaseInterval string
 	// ShardInterval, when set, is the interval of the Kustomizations of
-	// every layout but LayoutOne (when empty: the tenants Kustomization's,
+	// every layout but LayoutOne (when zero: the tenants Kustomization's,
 	// 1m, for the bench's own; ARTIFACT_INTERVAL's default for the
 	// worker's): how often each applies its folder again when nothing
 	// changed.
-	ShardInterval string
+	ShardInterval time.Duration
 }
 
 // RunLive measures the time to live at each size in each layout, one
@@ -242,19 +241,12 @@ func liveSize(ctx context.Context, o LiveOptions, n int, layout string, progress
 		}
 		queues = append(queues, q)
 	}
-	if layout != LayoutOne && o.ShardInterval != "" {
-		// The template of the shard Kustomizations, the bench's and the
-		// worker's alike.
-		patch := fmt.Sprintf(`{"spec":{"interval":%q}}`, o.ShardInterval)
-		if _, err := cp.Dynamic.Resource(flux.Kustomizations).Namespace(controlplane.Namespace).Patch(ctx, "dataplane-tenants",
-			types.MergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
-			return res, fmt.Errorf("set the Kustomizations' interval: %w", err)
-		}
-		res.ShardInterval = o.ShardInterval
-	}
 	if layout == LayoutTiers || layout == LayoutShards {
-		if err := gitKustomizations(ctx, cp, l, n, o.Request); err != nil {
+		if err := gitKustomizations(ctx, cp, l, n, o.Request, o.ShardInterval); err != nil {
 			return res, err
+		}
+		if o.ShardInterval > 0 {
+			res.ShardInterval = o.ShardInterval.String()
 		}
 	}
 	// With artifacts, the worker publishes the folders (and makes their
@@ -269,8 +261,9 @@ func liveSize(ctx context.Context, o LiveOptions, n int, layout string, progress
 		addr := ln.Addr().String()
 		ln.Close()
 		artifacts = []string{"ARTIFACT_ADDR=" + addr, "ARTIFACT_URL=http://" + addr}
-		if o.ShardInterval != "" {
-			artifacts = append(artifacts, "ARTIFACT_INTERVAL="+o.ShardInterval)
+		if o.ShardInterval > 0 {
+			artifacts = append(artifacts, "ARTIFACT_INTERVAL="+o.ShardInterval.String())
+			res.ShardInterval = o.ShardInterval.String()
 		} else {
 			res.ShardInterval = config.Default().ArtifactInterval.String() + " (ARTIFACT_INTERVAL's default)"
 		}
@@ -310,6 +303,7 @@ func liveSize(ctx context.Context, o LiveOptions, n int, layout string, progress
 		}
 		fmt.Fprintf(progress, "bench (live): %d tenants, layout %s: %d onboardings %s\n", n, layout, mode.count, mode.name)
 		var ds, pushed, created []time.Duration
+		sent := 0 // samples sent, a timed-out one included
 		refs := refWatcher{dir: srv.RepoPath("live.git")}
 		cpuBefore := cp.CPU()
 		for i := range mode.count {
@@ -325,7 +319,8 @@ func liveSize(ctx context.Context, o LiveOptions, n int, layout string, progress
 				}
 			}
 			old := refs.head()
-			sent := time.Now()
+			at := time.Now()
+			sent++
 			if _, err := api.SendMessage(ctx, &sqs.SendMessageInput{QueueUrl: aws.String(queues[0]),
 				MessageBody: aws.String(fmt.Sprintf(`{"tenant_id":%q,"tenant_tier":%q,"release_version":"0.0"}`, id, tier))}); err != nil {
 				w.stop()
@@ -337,7 +332,7 @@ func liveSize(ctx context.Context, o LiveOptions, n int, layout string, progress
 					if t.IsZero() {
 						return 0
 					}
-					return float64(t.Sub(sent)) / float64(time.Millisecond)
+					return float64(t.Sub(at)) / float64(time.Millisecond)
 				}
 				res.TimedOut = &TimedOut{Sample: i, PushedMS: ms(st.pushed), CreatedMS: ms(st.created), AfterMS: float64(sampleTimeout / time.Millisecond)}
 				fmt.Fprintf(progress, "bench (live): %d tenants, layout %s: %s: %v (pushed after %.0f ms, HelmRelease made after %.0f ms); the run ends here\n",
@@ -348,11 +343,11 @@ func liveSize(ctx context.Context, o LiveOptions, n int, layout string, progress
 				w.stop()
 				return res, fmt.Errorf("%s: %w\nworker log:\n%s", id, err, w.tail())
 			}
-			ds = append(ds, st.ready.Sub(sent))
-			pushed, created = append(pushed, st.pushed.Sub(sent)), append(created, st.created.Sub(sent))
+			ds = append(ds, st.ready.Sub(at))
+			pushed, created = append(pushed, st.pushed.Sub(at)), append(created, st.created.Sub(at))
 		}
 		if mode.reconcile {
-			res.CPU = perChange(cpuBefore, cp.CPU(), len(ds)+btoi(res.TimedOut != nil))
+			res.CPU = perChange(cpuBefore, cp.CPU(), sent)
 			res.Pushed, res.Created = stats(pushed), stats(created)
 		}
 		w.stop()
@@ -496,7 +491,7 @@ func tenantsApplies(logPath string, skip int, shards bool) ([]time.Duration, err
 // Kustomization of the same GitRepository for each shard folder the n
 // installed tenants and the request onboardings fall in: the layouts whose
 // Kustomizations all reconcile on each new revision.
-func gitKustomizations(ctx context.Context, cp *controlplane.ControlPlane, l gitops.Layout, n, request int) error {
+func gitKustomizations(ctx context.Context, cp *controlplane.ControlPlane, l gitops.Layout, n, request int, interval time.Duration) error {
 	folders := map[string]bool{}
 	for i := range n {
 		folders[l.TenantDir(liveTiers[i%len(liveTiers)], fmt.Sprintf("seed-%d", i+1))] = true
@@ -510,15 +505,10 @@ func gitKustomizations(ctx context.Context, cp *controlplane.ControlPlane, l git
 	if err != nil {
 		return fmt.Errorf("read the tenants Kustomization: %w", err)
 	}
+	source, _, _ := unstructured.NestedMap(tmpl.Object, "spec", "sourceRef")
 	for _, dir := range slices.Sorted(maps.Keys(folders)) {
-		spec, _, _ := unstructured.NestedMap(tmpl.Object, "spec")
-		spec["path"] = "./" + dir
 		name := publish.Name(path.Base(path.Dir(dir)), path.Base(dir))
-		if _, err := res.Create(ctx, &unstructured.Unstructured{Object: map[string]any{
-			"apiVersion": "kustomize.toolkit.fluxcd.io/v1", "kind": "Kustomization",
-			"metadata": map[string]any{"name": name, "namespace": controlplane.Namespace},
-			"spec":     spec,
-		}}, metav1.CreateOptions{}); err != nil {
+		if _, err := res.Create(ctx, publish.FromTemplate(tmpl, name, source, "./"+dir, interval), metav1.CreateOptions{}); err != nil {
 			return fmt.Errorf("make Kustomization %s: %w", name, err)
 		}
 	}
@@ -533,13 +523,6 @@ func perChange(before, after map[string]time.Duration, changes int) map[string]f
 		out[name] = float64(d-before[name]) / float64(time.Millisecond) / float64(max(changes, 1))
 	}
 	return out
-}
-
-func btoi(b bool) int {
-	if b {
-		return 1
-	}
-	return 0
 }
 
 // fluxControllers are the components the table sums as "controllers".
