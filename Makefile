@@ -107,6 +107,7 @@ BENCH_FLAGS ?=
 bench: tools gitea controlplane build
 	$(GO) run ./cmd/bench $(BENCH_FLAGS)
 	$(GO) test -run '^$$' -bench '^BenchmarkSign$$' ./internal/signing/
+	$(GO) test -run '^$$' -bench '^BenchmarkBatchInShardFolders$$' -benchtime 10x ./internal/testenv/bench/
 
 # Each fuzz target for FUZZTIME (make test runs their seed corpora).
 fuzz:

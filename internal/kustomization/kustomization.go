@@ -50,7 +50,7 @@ func Normalize(entry string) string {
 }
 
 // Resources returns the entries of the top-level resources list. The
-// caller must not modify the slice: the entries of large files are cached.
+// caller must not modify the slice: the entries are cached.
 func Resources(content []byte) ([]string, error) {
 	p, _, err := read(content)
 	return p.block.values, err
@@ -89,12 +89,16 @@ func Contains(content []byte, entry string) (bool, error) {
 	return slices.Contains(values, Normalize(entry)), err
 }
 
-// cacheFrom is the size from which the entries of a file are cached: the
+// parsed keeps the parse of the files read last, of every size: the
 // kustomization of a tier with thousands of tenants is read by every
-// message of the tier.
-const cacheFrom = 16 << 10
+// message of the tier, and a shard folder's by every message of the shard
+// and the checks of its commit. Reading a cached file costs its hash, not
+// a parse that grows with its entries.
+var parsed = newParseCache(parseCacheBytes)
 
-var parsed = &parseCache{limit: 8}
+// parseCacheBytes bounds the content the parse cache holds: the tiers of
+// 10,000 tenants and hundreds of shard folders, a few versions of each.
+const parseCacheBytes = 32 << 20
 
 // parsedFile is a file split into lines and its resources list. Cached
 // values are shared: callers that edit must copy (see edit).
@@ -103,14 +107,24 @@ type parsedFile struct {
 	block block
 }
 
-// read splits and parses content, from the cache for large files. It
+// size is about what the cache holds for p: its lines and entries.
+func (p parsedFile) size() int {
+	n := 0
+	for _, l := range p.lines {
+		n += len(l)
+	}
+	for _, v := range p.block.values {
+		n += len(v)
+	}
+	return n + 16*len(p.lines)
+}
+
+// read splits and parses content, from the cache when it was read before. It
 // returns the content's hash too, which the verified set is keyed by.
 func read(content []byte) (parsedFile, [32]byte, error) {
 	sum := sha256.Sum256(content)
-	if len(content) >= cacheFrom {
-		if p, ok := parsed.get(sum); ok {
-			return p, sum, nil
-		}
+	if p, ok := parsed.get(sum); ok {
+		return p, sum, nil
 	}
 	lines := splitLines(content)
 	b, err := parse(lines)
@@ -132,9 +146,7 @@ func read(content []byte) (parsedFile, [32]byte, error) {
 		}
 	}
 	p := parsedFile{lines, b}
-	if len(content) >= cacheFrom {
-		parsed.put(sum, p)
-	}
+	parsed.put(sum, p)
 	return p, sum, nil
 }
 
@@ -150,32 +162,43 @@ func edit(content []byte) ([]string, block, [32]byte, error) {
 	return slices.Clone(p.lines), b, sum, nil
 }
 
-// parseCache keeps the last few large files read.
+// parseCache keeps parsed files by content hash, the oldest forgotten
+// first once they hold more than limit bytes.
 type parseCache struct {
 	mu    sync.Mutex
 	limit int
-	keys  [][32]byte
-	vals  []parsedFile
+	bytes int
+	m     map[[32]byte]parsedFile
+	order [][32]byte // oldest first
+}
+
+func newParseCache(limit int) *parseCache {
+	return &parseCache{limit: limit, m: map[[32]byte]parsedFile{}}
 }
 
 func (c *parseCache) get(sum [32]byte) (parsedFile, bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	for i, k := range c.keys {
-		if k == sum {
-			return c.vals[i], true
-		}
-	}
-	return parsedFile{}, false
+	p, ok := c.m[sum]
+	return p, ok
 }
 
 func (c *parseCache) put(sum [32]byte, v parsedFile) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if len(c.keys) == c.limit {
-		c.keys, c.vals = c.keys[1:], c.vals[1:]
+	if old, ok := c.m[sum]; ok {
+		c.bytes -= old.size()
+	} else {
+		c.order = append(c.order, sum)
 	}
-	c.keys, c.vals = append(c.keys, sum), append(c.vals, v)
+	c.m[sum] = v
+	c.bytes += v.size()
+	for c.bytes > c.limit && len(c.order) > 1 {
+		oldest := c.order[0]
+		c.order = c.order[1:]
+		c.bytes -= c.m[oldest].size()
+		delete(c.m, oldest)
+	}
 }
 
 // Add appends entry to the resources list unless the file it names is
@@ -234,7 +257,7 @@ func Add(content []byte, entry string) ([]byte, bool, error) {
 			return nil, false, err
 		}
 		verified.add(outSum)
-		remember(out, outSum, lines, b, want)
+		remember(outSum, lines, b, want)
 		return out, true, nil
 	}
 	if err := checkEdit(content, out, want); err != nil {
@@ -246,21 +269,18 @@ func Add(content []byte, entry string) ([]byte, bool, error) {
 		// elsewhere may still fool it: the next read checks again.)
 		verified.add(outSum)
 		if len(b.items) > 0 {
-			remember(out, outSum, lines, b, want)
+			remember(outSum, lines, b, want)
 		}
 	}
 	return out, true, nil
 }
 
-// remember caches the parse of out (split into lines), the result of Add
-// appending the last of values after the last item of b, so that the next
-// reader of a large file (the check of the commit that holds it) does not
-// parse it again. The new line is parsed on its own and must give that
+// remember caches the parse of the file Add wrote (lines, whose hash is
+// sum), which appended the last of values after the last item of b, so
+// that its next reader (the planner and the checks of the commit that
+// holds it) does not parse it again. The new line is parsed on its own and must give that
 // entry; on any doubt nothing is cached.
-func remember(out []byte, sum [32]byte, lines []string, b block, values []string) {
-	if len(out) < cacheFrom {
-		return
-	}
+func remember(sum [32]byte, lines []string, b block, values []string) {
 	last := b.items[len(b.items)-1]
 	indent, value, ok := listItemOf(strings.TrimRight(lines[last+1], "\r\n"))
 	if !ok || indent != b.indent || Normalize(unquote(withoutNote(value))) != values[len(values)-1] {
@@ -488,8 +508,10 @@ func unquote(s string) string {
 // verified remembers the files whose resources list the YAML parser
 // confirmed, by content hash. Re-reading a kustomization of 10,000 tenants
 // as YAML costs tens of milliseconds; an edit of a confirmed file only needs
-// its edited lines checked.
-var verified = newHashSet(256)
+// its edited lines checked. It holds far more files than a repository has
+// kustomizations (at 256, 300 shard folders pushed each other out, and
+// every read of one was parsed as YAML again): 65,536 hashes are about 4 MB.
+var verified = newHashSet(1 << 16)
 
 // hashSet is a bounded set of content hashes (SHA-256), safe for concurrent use; when
 // full, the oldest half is forgotten.

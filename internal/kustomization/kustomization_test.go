@@ -334,12 +334,19 @@ func count(list []string, s string) int {
 	return n
 }
 
-// TestAddRemembersItsParse: the parse Add caches for a large file it
-// wrote is the parse of that file read afresh, whatever its line endings,
-// final newline, comments and blank lines after the list.
+// TestAddRemembersItsParse: the parse Add caches for a file it wrote, a
+// tier's large one or a shard folder's small one, is the parse of that
+// file read afresh, whatever its line endings, final newline, comments and
+// blank lines after the list.
 func TestAddRemembersItsParse(t *testing.T) {
+	for _, n := range []int{3, 2000} {
+		t.Run(fmt.Sprint(n), func(t *testing.T) { testAddRemembersItsParse(t, n) })
+	}
+}
+
+func testAddRemembersItsParse(t *testing.T, n int) {
 	var list strings.Builder
-	for i := range 2000 {
+	for i := range n {
 		fmt.Fprintf(&list, "  - tenant-%d.yaml # t%d\n", i, i)
 	}
 	for name, content := range map[string]string{
@@ -366,6 +373,61 @@ func TestAddRemembersItsParse(t *testing.T) {
 		}
 		if !slices.Equal(cached.lines, lines) || !reflect.DeepEqual(cached.block, fresh) {
 			t.Errorf("%s: cached parse differs from a fresh one:\n%+v\n%+v", name, cached.block.items[len(cached.block.items)-3:], fresh.items[len(fresh.items)-3:])
+		}
+	}
+}
+
+// TestParseCacheForgetsTheOldestPastItsBound: the cache holds parses up to
+// its byte bound, forgetting the oldest first, and a file read again after
+// it was forgotten parses as before.
+func TestParseCacheForgetsTheOldestPastItsBound(t *testing.T) {
+	c := newParseCache(1000)
+	files := make([]parsedFile, 5)
+	for i := range files {
+		content := []byte(fmt.Sprintf("resources:\n  - %s.yaml\n", strings.Repeat("x", 150+i)))
+		lines := splitLines(content)
+		b, err := parse(lines)
+		if err != nil {
+			t.Fatal(err)
+		}
+		files[i] = parsedFile{lines, b}
+		c.put(sha256.Sum256(content), files[i])
+		if c.bytes > c.limit {
+			t.Fatalf("after %d puts the cache holds %d bytes, over its bound %d", i+1, c.bytes, c.limit)
+		}
+	}
+	sum := func(p parsedFile) [32]byte { return sha256.Sum256([]byte(strings.Join(p.lines, ""))) }
+	if _, ok := c.get(sum(files[0])); ok {
+		t.Error("the oldest parse is still held past the bound")
+	}
+	if got, ok := c.get(sum(files[4])); !ok || !reflect.DeepEqual(got, files[4]) {
+		t.Errorf("the newest parse: held %v, %+v", ok, got)
+	}
+	want := 0
+	for _, k := range c.order {
+		want += c.m[k].size()
+	}
+	if len(c.order) != len(c.m) || c.bytes != want {
+		t.Errorf("order %d, map %d, bytes %d, sizes %d: out of step", len(c.order), len(c.m), c.bytes, want)
+	}
+}
+
+// TestVerifiedHoldsThousandsOfFolders: the set of files checked as YAML
+// holds a repository's shard folders, each in a few versions, so that no
+// folder's kustomization is parsed as YAML again because hundreds of
+// others were read since (at 256, 300 shard folders pushed each other out).
+func TestVerifiedHoldsThousandsOfFolders(t *testing.T) {
+	var sums [][32]byte
+	for i := range 4000 {
+		content := []byte(fmt.Sprintf("resources:\n  - shard-%d-a.yaml\n  - shard-%d-b.yaml\n", i, i))
+		if _, err := Resources(content); err != nil {
+			t.Fatal(err)
+		}
+		sums = append(sums, sha256.Sum256(content))
+	}
+	for i, sum := range sums {
+		if !verified.has(sum) {
+			t.Fatalf("file %d of %d read is no longer known as checked", i+1, len(sums))
 		}
 	}
 }
