@@ -44,11 +44,13 @@ func run() int {
 	ledgerBacklogDeploy := flag.Bool("ledger-backlog-deployments", false, "make the backlog per-tenant deployments of the seeded tenants (the tree changes, the repository does not grow) instead of onboardings")
 	ledgerShards := flag.Int("ledger-shards", 0, "lay the backlog's repository out in this many shard folders per tier (tenant-worker layout migrate); 0 is the platform's layout")
 	ledgerNoServerGC := flag.Bool("ledger-no-server-gc", false, "turn git's automatic housekeeping off on the backlog's server repository (receive.autogc false)")
+	ledgerGiteaLastCommit := flag.Bool("ledger-gitea-last-commit-cache", true, "leave Gitea's last-commit cache on (its default), which walks a branch's history on every push once it has 1,000 commits; false sets [cache.last_commit] COMMITS_COUNT out of reach")
 	ledgerRevisions := flag.Int("ledger-revisions", 1000, "messages, half of them no-ops, whose new main revisions are counted, per server; 0 skips it")
 	liveLayouts := flag.String("live-layouts", "one", "layouts of the time to live, comma-separated, each on a control plane of its own: one (the platform's tenants Kustomization), tiers (a Kustomization per tier folder), shards (a Kustomization per shard folder, of the GitRepository), artifacts (a Kustomization per shard folder, from the worker's ExternalArtifact)")
 	liveShards := flag.Int("live-shards", 16, "shard folders per tier of the shards and artifacts layouts")
 	liveReleaseInterval := flag.String("live-release-interval", "", "the tenants' HelmRelease interval for the time to live, e.g. 10m (the tier templates' 1m0s when empty)")
 	liveShardInterval := flag.String("live-shard-interval", "", "interval of the Kustomizations of the tiers, shards and artifacts layouts, e.g. 10m (when empty: the tenants Kustomization's, 1m, for tiers and shards; the worker's ARTIFACT_INTERVAL default for artifacts); the timeout and retry interval stay the tenants Kustomization's")
+	liveSampleTimeout := flag.Duration("live-sample-timeout", 0, "how long one sample may take before it ends its run (5m when 0)")
 	only := flag.String("only", "", "run only this part: git, gitea, ledger or live")
 	flag.Parse()
 
@@ -56,7 +58,7 @@ func run() int {
 		*refN = *onboard
 	}
 	lo := bench.LiveOptions{Request: *liveRequest, Interval: *liveInterval, Binary: *binary, KustomizeFlags: strings.Fields(*kustomizeFlags),
-		Layouts: strings.Split(*liveLayouts, ","), Shards: *liveShards, ReleaseInterval: *liveReleaseInterval}
+		Layouts: strings.Split(*liveLayouts, ","), Shards: *liveShards, ReleaseInterval: *liveReleaseInterval, SampleTimeout: *liveSampleTimeout}
 	var err error
 	if *liveShardInterval != "" {
 		if lo.ShardInterval, err = time.ParseDuration(*liveShardInterval); err != nil || lo.ShardInterval < time.Second {
@@ -70,6 +72,9 @@ func run() int {
 	}
 	ledgerOpts := bench.LedgerOptions{Tenants: *ledgerTenants, Onboard: *ledgerOnboard, Backlog: *ledgerBacklog, BacklogDeployments: *ledgerBacklogDeploy, Shards: *ledgerShards, NoServerGC: *ledgerNoServerGC,
 		Revisions: *ledgerRevisions, Gitea: *onGitea, Binary: *binary}
+	if !*ledgerGiteaLastCommit {
+		ledgerOpts.GiteaINI = bench.GiteaNoLastCommitCache
+	}
 	if ledgerOpts.IDs, err = parseSizes(*ledgerIDs); err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)
 		return 2

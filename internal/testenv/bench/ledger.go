@@ -60,11 +60,19 @@ type LedgerOptions struct {
 	// them no-ops.
 	Revisions int
 	// Gitea also measures against real Gitea (make gitea builds it).
-	Gitea       bool
+	Gitea bool
+	// GiteaINI is added to Gitea's configuration (see GiteaNoLastCommitCache).
+	GiteaINI    string
 	Binary      string
 	SQSEndpoint string
 	WorkDir     string
 }
+
+// GiteaNoLastCommitCache turns off Gitea's last-commit cache, which, on
+// every push to a branch of 1,000 commits or more, walks the branch's
+// history back until it finds the last commit of each entry of the root
+// folder (an entry unchanged since the first commit: the whole history).
+const GiteaNoLastCommitCache = "\n[cache.last_commit]\nCOMMITS_COUNT = 9223372036854775807\n"
 
 // LedgerLatency is the single-message latency with a ledger of IDs message
 // ids, on one server.
@@ -109,6 +117,9 @@ type LedgerBacklog struct {
 	// after the backlog.
 	ServerGC      bool              `json:"server_autogc"`
 	ServerObjects map[string]string `json:"server_objects,omitempty"`
+	// NoLastCommitCache: Gitea ran with its last-commit cache off
+	// (GiteaNoLastCommitCache).
+	NoLastCommitCache bool `json:"gitea_last_commit_cache_off,omitempty"`
 }
 
 // LedgerRevisions is the new revisions of main and of the ledger branch
@@ -221,7 +232,7 @@ func RunLedger(ctx context.Context, o LedgerOptions, progress io.Writer) (*Ledge
 	if err := os.Mkdir(dir+"/gitea", 0o755); err != nil {
 		return res, err
 	}
-	g, err := gitea.Start(dir + "/gitea")
+	g, err := gitea.StartWith(dir+"/gitea", gitea.Options{INI: o.GiteaINI})
 	if err != nil {
 		return res, err
 	}
@@ -511,6 +522,7 @@ func ledgerBacklog(ctx context.Context, o LedgerOptions, api *sqs.Client, h ledg
 		return b, fmt.Errorf("seed %s: %w", name, err)
 	}
 	b.ServerGC = !o.NoServerGC
+	b.NoLastCommitCache = h.name == "gitea" && o.GiteaINI == GiteaNoLastCommitCache
 	if o.NoServerGC {
 		if err := gitserver.Git(h.path(name), "config", "receive.autogc", "false"); err != nil {
 			return b, err
@@ -633,6 +645,9 @@ func LedgerTable(r *LedgerResult) string {
 		}
 		if !l.ServerGC {
 			layout += ", receive.autogc off"
+		}
+		if l.NoLastCommitCache {
+			layout += ", last-commit cache off"
 		}
 		fmt.Fprintf(&b, "| %s, %s | %d | %d %s | %.1f | %.0f | %s | %s | %s | %s | %s | %d | %.0f |\n", l.Server, layout, l.Tenants, l.Messages, l.Kind,
 			l.Seconds, l.PerSecond, yes(l.PerSecond >= 100), first, last, ratio, ok, l.Redelivered, l.PeakRSSMB)

@@ -2,6 +2,7 @@ package bench
 
 import (
 	"bufio"
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -84,9 +85,10 @@ type TimedOut struct {
 	AfterMS   float64 `json:"timeout_ms"`
 }
 
-// sampleTimeout bounds one sample: a tenant not Ready by then ends its
-// run (a control plane that far behind would not catch up).
-const sampleTimeout = 5 * time.Minute
+// defaultSampleTimeout bounds one sample unless LiveOptions.SampleTimeout
+// says otherwise: a tenant not Ready by then ends its run (a control plane
+// that far behind would not catch up).
+const defaultSampleTimeout = 5 * time.Minute
 
 // The layouts the time to live is measured in.
 const (
@@ -128,6 +130,9 @@ type LiveOptions struct {
 	// Shards is the shard folders per tier of LayoutShards and
 	// LayoutArtifacts.
 	Shards int
+	// SampleTimeout bounds one sample (defaultSampleTimeout when 0): today's
+	// layout at 2,000 tenants takes minutes per change.
+	SampleTimeout time.Duration
 	// ReleaseInterval, when set, is the tenants' HelmRelease interval (the
 	// tier templates' 1m0s when empty): how often helm-controller
 	// reconciles each installed tenant, and source-controller its chart.
@@ -192,6 +197,7 @@ func liveTenant(reconcile bool, i int) (id, tier string) {
 func liveSize(ctx context.Context, o LiveOptions, n int, layout string, progress io.Writer) (LiveResult, error) {
 	l := laid(layout, o.Shards)
 	res := LiveResult{Tenants: n, KustomizeFlags: o.KustomizeFlags, Layout: layout, Shards: l.Shards, ReleaseInterval: o.ReleaseInterval}
+	sampleTimeout := cmp.Or(o.SampleTimeout, defaultSampleTimeout)
 	flags := o.KustomizeFlags
 	if layout == LayoutArtifacts {
 		flags = append(slices.Clone(flags), "--feature-gates=ExternalArtifact=true")

@@ -61,6 +61,7 @@ type Server struct {
 	SSHPort int
 
 	bin, work, config string
+	ini               string // appended to app.ini
 	gitea             string // Gitea's own address
 	cmd               *exec.Cmd
 	done              chan error
@@ -75,11 +76,23 @@ type Server struct {
 
 // Start runs Gitea with its work folder under dir.
 func Start(dir string) (*Server, error) {
+	return StartWith(dir, Options{})
+}
+
+// Options change Gitea's configuration.
+type Options struct {
+	// INI is appended to the app.ini the server writes (sections and keys
+	// of Gitea's configuration cheat sheet).
+	INI string
+}
+
+// StartWith is Start with o applied to Gitea's configuration.
+func StartWith(dir string, o Options) (*Server, error) {
 	bin, err := Binary()
 	if err != nil {
 		return nil, err
 	}
-	s := &Server{bin: bin, work: filepath.Join(dir, "gitea"), Password: randomHex(12)}
+	s := &Server{bin: bin, work: filepath.Join(dir, "gitea"), Password: randomHex(12), ini: o.INI}
 	s.Root = filepath.Join(s.work, "repositories")
 	proxyLn, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -234,7 +247,7 @@ MODE = file
 LEVEL = Warn
 ROOT_PATH = %[1]s/log
 `, s.work, httpPort, s.URL, src, s.SSHPort, randomHex(32), "internal-"+randomHex(40), s.Root)
-	return os.WriteFile(s.config, []byte(ini), 0o600)
+	return os.WriteFile(s.config, []byte(ini+s.ini), 0o600)
 }
 
 func (s *Server) env() []string {
