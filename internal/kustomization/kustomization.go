@@ -96,8 +96,9 @@ func Contains(content []byte, entry string) (bool, error) {
 // a parse that grows with its entries.
 var parsed = newParseCache(parseCacheBytes)
 
-// parseCacheBytes bounds the content the parse cache holds: the tiers of
-// 10,000 tenants and hundreds of shard folders, a few versions of each.
+// parseCacheBytes bounds the memory the parse cache holds (see size): the
+// tiers of 10,000 tenants and hundreds of shard folders, a few versions of
+// each.
 const parseCacheBytes = 32 << 20
 
 // parsedFile is a file split into lines and its resources list. Cached
@@ -107,16 +108,17 @@ type parsedFile struct {
 	block block
 }
 
-// size is about what the cache holds for p: its lines and entries.
+// size is about what the cache holds for p: its lines and entries, their
+// string headers and item lines, and the map entry and hash holding it.
 func (p parsedFile) size() int {
-	n := 0
+	n := 128
 	for _, l := range p.lines {
-		n += len(l)
+		n += len(l) + 16
 	}
 	for _, v := range p.block.values {
-		n += len(v)
+		n += len(v) + 16 + 8
 	}
-	return n + 16*len(p.lines)
+	return n
 }
 
 // read splits and parses content, from the cache when it was read before. It
@@ -124,6 +126,12 @@ func (p parsedFile) size() int {
 func read(content []byte) (parsedFile, [32]byte, error) {
 	sum := sha256.Sum256(content)
 	if p, ok := parsed.get(sum); ok {
+		if p.block.end < 0 {
+			// A regular list is cached only once checked as YAML (here or
+			// by Add): it stays known as checked while it is cached, so
+			// that an edit of it takes the same path as on a cold cache.
+			verified.add(sum)
+		}
 		return p, sum, nil
 	}
 	lines := splitLines(content)
@@ -283,7 +291,10 @@ func Add(content []byte, entry string) ([]byte, bool, error) {
 func remember(sum [32]byte, lines []string, b block, values []string) {
 	last := b.items[len(b.items)-1]
 	indent, value, ok := listItemOf(strings.TrimRight(lines[last+1], "\r\n"))
-	if !ok || indent != b.indent || Normalize(unquote(withoutNote(value))) != values[len(values)-1] {
+	if !ok || indent != b.indent || Normalize(unquote(withoutNote(value))) != values[len(values)-1] ||
+		value != "" && strings.ContainsRune("&*[{", rune(value[0])) {
+		// An anchor, an alias or a collection: parse reads the list as
+		// irregular, which only the YAML parser may fill in.
 		return
 	}
 	b.items = append(b.items, last+1)
