@@ -33,21 +33,41 @@ func bucket(name string) string {
 // targets/<h0h1>/<h2h3>.
 func targetPath(target string) string { return targetsDir + "/" + bucket(target) }
 
-// messagePath is the group that holds message id sent at sent (Unix ms):
-// messages/<hour, UTC>/<h0h1>.
+// messagePath is the minute group of message id sent at sent (Unix ms):
+// messages/<hour, UTC>/m<minute>/<h0h1>.
 func messagePath(id string, sent int64) string {
+	h, _ := hourOf(sent)
+	return messagesDir + "/" + h + "/" + minuteOf(sent) + "/" + hourBucket(id)
+}
+
+// hourMessagePath is the hour group of message id sent at sent:
+// messages/<hour, UTC>/<h0h1>.
+func hourMessagePath(id string, sent int64) string {
 	h, _ := hourOf(sent)
 	return messagesDir + "/" + h + "/" + hourBucket(id)
 }
 
-// hourBucket is the one folder level of a message id within its hour: the
-// first two hex digits of its sha256 (256 groups an hour). An hour of a
-// backlog at 145 messages/s holds about 2,000 ids a group, an hour of a
-// day of 1,000,000 ids about 160; more levels would make a file of each
-// id, and a clone of the ledger branch as many objects.
+// hourGroupLimit is how many ids an hour group takes before the messages
+// of its bucket go to their minute's group. A day of 1,000,000 ids holds
+// about 160 a group and stays in hour groups (6,144 files a day; a group
+// per minute would make that 340,000 files, which a clone holds as as many
+// objects). An hour of a backlog at the 200 messages/s a worker applies at
+// most fills them in minutes, and then writes groups of about 50 ids: the
+// file a message rewrites holds at most 256 ids whatever the volume.
+const hourGroupLimit = 256
+
+// hourBucket is the folder level of a message id within its hour or
+// minute: the first two hex digits of its sha256 (256 groups).
 func hourBucket(id string) string {
 	sum := sha256.Sum256([]byte(id))
 	return hex.EncodeToString(sum[:1])
+}
+
+// minuteOf is the minute folder, within its hour, of a message sent at
+// sent (Unix ms): "m" and two digits, which no hex bucket of the former
+// one-level layout is.
+func minuteOf(sent int64) string {
+	return fmt.Sprintf("m%02d", time.UnixMilli(sent).UTC().Minute())
 }
 
 // hourOf is the hour folder of a message sent at sent (Unix ms), and the
@@ -64,12 +84,18 @@ func newTargets(target string) *group {
 	return &group{path: targetsDir + "/" + b, bucket: b, targets: map[string]Record{}}
 }
 
-// newMessages is the empty group that holds message id sent at sent
-// (Unix ms): messages/<hour, UTC>/<h0h1>.
+// newMessages is the empty minute group of message id sent at sent
+// (Unix ms): messages/<hour, UTC>/m<minute>/<h0h1>.
 func newMessages(id string, sent int64) *group {
 	h, start := hourOf(sent)
-	b := hourBucket(id)
-	return &group{path: messagesDir + "/" + h + "/" + b, bucket: b, ids: map[string]int64{}, hour: h, start: start}
+	return &group{path: messagePath(id, sent), bucket: hourBucket(id), ids: map[string]int64{}, hour: h, minute: minuteOf(sent), start: start}
+}
+
+// newHourMessages is the empty hour group of message id sent at sent:
+// messages/<hour, UTC>/<h0h1>.
+func newHourMessages(id string, sent int64) *group {
+	h, start := hourOf(sent)
+	return &group{path: hourMessagePath(id, sent), bucket: hourBucket(id), ids: map[string]int64{}, hour: h, start: start}
 }
 
 // hourStart is the start (Unix ms) of the hour an hour folder's name
@@ -89,6 +115,7 @@ type group struct {
 	targets map[string]Record // a targets group
 	ids     map[string]int64  // a messages group: id -> send time
 	hour    string            // a messages group: its hour folder
+	minute  string            // a minute group: its minute folder ("" for an hour group)
 	start   int64             // a messages group: its hour's start (Unix ms)
 	existed bool              // the tree holds the file
 	dirty   bool              // changed since read
@@ -129,8 +156,12 @@ func (g *group) render() []byte {
 		if len(g.ids) == 0 {
 			return nil
 		}
-		fmt.Fprintf(&b, "# tenant-worker ledger: messages applied, sent in the hour %s UTC, whose id's sha256 starts %s: id, send time (Unix ms, SQS SentTimestamp)\n",
-			g.hour, strings.Replace(g.bucket, "/", "", 1))
+		when := "the hour " + g.hour
+		if g.minute != "" {
+			when += ", minute " + strings.TrimPrefix(g.minute, "m")
+		}
+		fmt.Fprintf(&b, "# tenant-worker ledger: messages applied, sent in %s UTC, whose id's sha256 starts %s: id, send time (Unix ms, SQS SentTimestamp)\n",
+			when, g.bucket)
 		for _, id := range slices.Sorted(maps.Keys(g.ids)) {
 			fmt.Fprintf(&b, "%s %d\n", id, g.ids[id])
 		}

@@ -11,11 +11,14 @@
 //
 //	targets/<h0h1>/<h2h3>                 "key ms [value]" lines, sorted by key
 //	messages/<YYYYMMDDHH>/<h0h1>          "id ms" lines, sorted by id
+//	messages/<YYYYMMDDHH>/m<MM>/<h0h1>    the same, once the hour's file is full
 //
 // A target's group is named by the first four hex digits of the sha256 of
 // its key as written (Tenant("t1") is "tenant/t1", escaped as below); a
 // message's by the hour, UTC, of its send time (SQS SentTimestamp, which a
-// redelivered message carries unchanged) and the sha256 of its id. Each
+// redelivered message carries unchanged) and the sha256 of its id, and
+// once that group holds hourGroupLimit ids, by the minute too: a busy
+// hour's messages do not all grow the files of its 256 groups. Each
 // file starts with a one-line "# ..." comment saying what it holds.
 // Pruning drops a whole hour folder once no message sent in that hour can
 // still be delivered, and old target records from the groups a commit
@@ -118,11 +121,21 @@ func (l *Ledger) targets(target string) *group {
 	return l.load(newTargets(target))
 }
 
+// messages is the group of message id's minute, where its hour's group
+// overflows: messages/<hour>/m<MM>/<h0h1>.
 func (l *Ledger) messages(id string, sent int64) *group {
 	if g, ok := l.groups[messagePath(id, sent)]; ok {
 		return g
 	}
 	return l.load(newMessages(id, sent))
+}
+
+// hourMessages is the group of message id's hour: messages/<hour>/<h0h1>.
+func (l *Ledger) hourMessages(id string, sent int64) *group {
+	if g, ok := l.groups[hourMessagePath(id, sent)]; ok {
+		return g
+	}
+	return l.load(newHourMessages(id, sent))
 }
 
 // Get returns target's record.
@@ -155,27 +168,41 @@ func (l *Ledger) Set(target string, ms int64, value string) {
 }
 
 // Seen reports whether message id, sent at sent (its SQS SentTimestamp,
-// Unix ms), was applied within the retention period. It reads the one
-// group of that hour and id.
+// Unix ms), was applied within the retention period. It reads the group
+// of that hour and id, and only when that group is full the group of that
+// minute and id.
 func (l *Ledger) Seen(id string, sent int64) bool {
 	if l.expired(sent) {
 		return false
+	}
+	hg := l.hourMessages(id, sent)
+	if ms, ok := hg.ids[id]; ok && ms == sent {
+		return true
+	}
+	if len(hg.ids) < hourGroupLimit && !hg.broken {
+		return false // no message of this group went to its minutes
 	}
 	ms, ok := l.messages(id, sent).ids[id]
 	return ok && ms == sent
 }
 
-// Note records that message id, sent at sent, was applied. A message sent
-// in an hour Prune dropped cannot be delivered again: nothing is recorded.
+// Note records that message id, sent at sent, was applied: in the group
+// of its hour, or once that holds hourGroupLimit ids, in the group of its
+// minute. A message sent in an hour Prune dropped cannot be delivered
+// again: nothing is recorded.
 func (l *Ledger) Note(id string, sent int64) {
-	if l.expired(sent) {
+	if l.expired(sent) || l.Seen(id, sent) {
 		return
 	}
-	g := l.messages(id, sent)
-	if ms, ok := g.ids[id]; !ok || ms != sent {
-		g.ids[id] = sent
-		g.dirty = true
+	g := l.hourMessages(id, sent)
+	if g.broken {
+		return // Err says so; what the group holds is not overwritten
 	}
+	if len(g.ids) >= hourGroupLimit {
+		g = l.messages(id, sent)
+	}
+	g.ids[id] = sent
+	g.dirty = true
 }
 
 // Prune forgets what no message still deliverable could need: what is

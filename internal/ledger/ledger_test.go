@@ -263,7 +263,7 @@ func TestPruneDropsOldHoursAndOnlyRecordsInGroupsWritten(t *testing.T) {
 func TestCorruptGroup(t *testing.T) {
 	tr := newTree()
 	tr.files[targetPath(Tenant("t1"))] = []byte("# header\ntenant/t1 soon\n")
-	tr.files[messagePath("m", t0)] = []byte("m\n")
+	tr.files[hourMessagePath("m", t0)] = []byte("m\n")
 	l := Open(tr)
 	if l.Err() != nil {
 		t.Fatal("Open read")
@@ -293,6 +293,82 @@ func TestCorruptGroup(t *testing.T) {
 		tr.files[targetPath("t1")] = []byte(bad)
 		if l := Open(tr); l.Stale("t1", 0) || !IsCorrupt(l.Err()) {
 			t.Errorf("%q: Err() = %v", bad, l.Err())
+		}
+	}
+}
+
+// TestAFullHourGroupOverflowsIntoMinutes: once an hour group holds
+// hourGroupLimit ids, a new message of its bucket goes to its minute's
+// group; both are read by Seen, noting a message again writes nothing,
+// Prune drops the hour with both, and a minute group that does not parse
+// is an error, not an empty group.
+func TestAFullHourGroupOverflowsIntoMinutes(t *testing.T) {
+	bucketOf := hourBucket("m-new")
+	var ids []string
+	for i := 0; len(ids) < hourGroupLimit; i++ {
+		if id := fmt.Sprint("m-", i); hourBucket(id) == bucketOf {
+			ids = append(ids, id)
+		}
+	}
+	l := Open(nil)
+	for _, id := range ids {
+		l.Note(id, t0-1)
+	}
+	tr := newTree()
+	tr.apply(t, l.Changes())
+	if len(tr.files) != 1 {
+		t.Fatalf("%d ids of one bucket wrote %d files, want the hour group", len(ids), len(tr.files))
+	}
+
+	l = Open(tr)
+	if !l.Seen(ids[0], t0-1) || l.Seen(ids[0], t0) {
+		t.Fatal("an id of the full hour group: Seen wrong")
+	}
+	l.Note(ids[0], t0-1)
+	if c := l.Changes(); len(c) != 0 {
+		t.Fatalf("noting a message the hour group holds writes %v", slices.Collect(maps.Keys(c)))
+	}
+	l.Note("m-new", t0)
+	c := l.Changes()
+	if len(c) != 1 || c[messagePath("m-new", t0)] == nil {
+		t.Fatalf("a message of a full hour group writes %v, want %s alone", slices.Collect(maps.Keys(c)), messagePath("m-new", t0))
+	}
+	l = commit(t, l, tr)
+	if l = Open(tr); !l.Seen(ids[1], t0-1) || !l.Seen("m-new", t0) || l.Seen("m-other", t0) {
+		t.Fatal("after the commit, a message of the hour or the minute group is not seen as it should")
+	}
+
+	l = Open(tr)
+	l.Prune(t0 - t0%hourMS + hourMS)
+	hour, _ := hourOf(t0)
+	if c := l.Changes(); len(c) != 1 || c["messages/"+hour] != nil {
+		t.Fatalf("prune past the hour changes %v, want messages/%s deleted", c, hour)
+	}
+
+	tr.files[messagePath("m-new", t0)] = []byte("m-new not-a-time\n")
+	l = Open(tr)
+	if l.Seen("m-new", t0); !IsCorrupt(l.Err()) {
+		t.Fatalf("a minute group that does not parse: %v, want a corrupt ledger", l.Err())
+	}
+}
+
+// TestAnHourOfABacklogWritesSmallFiles: the file a message rewrites holds
+// at most hourGroupLimit ids however many its hour sent: after 200,000
+// messages sent over one hour (a backlog's rate), one file per hour bucket
+// would hold about 780; the hour groups are full, and noting one more
+// writes its minute's group.
+func TestAnHourOfABacklogWritesSmallFiles(t *testing.T) {
+	start := t0 - t0%hourMS
+	l := Open(fillHour(t, 200_000, t0))
+	at := start + hourMS/2
+	l.Note("one-more", at)
+	c := l.Changes()
+	if len(c) != 1 {
+		t.Fatalf("noting one message writes %v", slices.Collect(maps.Keys(c)))
+	}
+	for p, b := range c {
+		if lines := strings.Count(string(b), "\n") - 1; lines > hourGroupLimit {
+			t.Fatalf("noting one message rewrites %s, a file of %d ids (%d bytes)", p, lines, len(b))
 		}
 	}
 }

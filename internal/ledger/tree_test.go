@@ -98,3 +98,17 @@ func fill(tb testing.TB, n, hours int, end int64) *tree {
 	t.apply(tb, l.Changes())
 	return t
 }
+
+// fillHour is a tree holding n message ids sent at evenly spread moments
+// of the hour that at falls in, as a backlog's are.
+func fillHour(tb testing.TB, n int, at int64) *tree {
+	tb.Helper()
+	start := at - at%hourMS
+	l := Open(nil)
+	for i := range n {
+		l.Note(fmt.Sprintf("id-%d", i), start+int64(i)*hourMS/int64(n))
+	}
+	t := newTree()
+	t.apply(tb, l.Changes())
+	return t
+}
