@@ -71,10 +71,7 @@ func run() int {
 		return 2
 	}
 	ledgerOpts := bench.LedgerOptions{Tenants: *ledgerTenants, Onboard: *ledgerOnboard, Backlog: *ledgerBacklog, BacklogDeployments: *ledgerBacklogDeploy, Shards: *ledgerShards, NoServerGC: *ledgerNoServerGC,
-		Revisions: *ledgerRevisions, Gitea: *onGitea, Binary: *binary}
-	if !*ledgerGiteaLastCommit {
-		ledgerOpts.GiteaINI = bench.GiteaNoLastCommitCache
-	}
+		Revisions: *ledgerRevisions, Gitea: *onGitea, NoLastCommitCache: !*ledgerGiteaLastCommit, Binary: *binary}
 	if ledgerOpts.IDs, err = parseSizes(*ledgerIDs); err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)
 		return 2

@@ -52,7 +52,7 @@ func Normalize(entry string) string {
 // Resources returns the entries of the top-level resources list. The
 // caller must not modify the slice: the entries are cached.
 func Resources(content []byte) ([]string, error) {
-	p, _, err := read(content)
+	p, err := read(content)
 	return p.block.values, err
 }
 
@@ -60,7 +60,7 @@ func Resources(content []byte) ([]string, error) {
 // entries), for a caller that needs the file's other settings: of a large
 // file, without re-reading its entries.
 func Rest(content []byte) ([]byte, error) {
-	p, _, err := read(content)
+	p, err := read(content)
 	if err != nil {
 		return nil, err
 	}
@@ -121,23 +121,19 @@ func (p parsedFile) size() int {
 	return n
 }
 
-// read splits and parses content, from the cache when it was read before. It
-// returns the content's hash too, which the verified set is keyed by.
-func read(content []byte) (parsedFile, [32]byte, error) {
+// read splits and parses content, from the cache when it was read before.
+// A list it returns regular (block.end < 0) has been checked against the
+// YAML parser: read checks what it has not seen, and caches only what
+// passed.
+func read(content []byte) (parsedFile, error) {
 	sum := sha256.Sum256(content)
 	if p, ok := parsed.get(sum); ok {
-		if p.block.end < 0 {
-			// A regular list is cached only once checked as YAML (here or
-			// by Add): it stays known as checked while it is cached, so
-			// that an edit of it takes the same path as on a cold cache.
-			verified.add(sum)
-		}
-		return p, sum, nil
+		return p, nil
 	}
 	lines := splitLines(content)
 	b, err := parse(lines)
 	if err != nil {
-		return parsedFile{}, sum, err
+		return parsedFile{}, err
 	}
 	if !verified.has(sum) || b.end >= 0 || b.anchored {
 		// Content first seen: what the line parser read must be what
@@ -147,7 +143,7 @@ func read(content []byte) (parsedFile, [32]byte, error) {
 		// checked every time, whatever was verified: an alias of it in
 		// another field would make an edit in place edit that field too.
 		if b, err = checkForm(lines, b); err != nil {
-			return parsedFile{}, sum, err
+			return parsedFile{}, err
 		}
 		if b.end < 0 {
 			verified.add(sum)
@@ -155,19 +151,19 @@ func read(content []byte) (parsedFile, [32]byte, error) {
 	}
 	p := parsedFile{lines, b}
 	parsed.put(sum, p)
-	return p, sum, nil
+	return p, nil
 }
 
 // edit is read for a caller that changes the lines or the entries: its
 // copy shares nothing with the cache.
-func edit(content []byte) ([]string, block, [32]byte, error) {
-	p, sum, err := read(content)
+func edit(content []byte) ([]string, block, error) {
+	p, err := read(content)
 	if err != nil {
-		return nil, block{}, sum, err
+		return nil, block{}, err
 	}
 	b := p.block
 	b.items, b.values = slices.Clone(b.items), slices.Clone(b.values)
-	return slices.Clone(p.lines), b, sum, nil
+	return slices.Clone(p.lines), b, nil
 }
 
 // parseCache keeps parsed files by content hash, the oldest forgotten
@@ -212,20 +208,20 @@ func (c *parseCache) put(sum [32]byte, v parsedFile) {
 // Add appends entry to the resources list unless the file it names is
 // already there. It reports whether the content changed.
 func Add(content []byte, entry string) ([]byte, bool, error) {
-	lines, b, sum, err := edit(content)
+	lines, b, err := edit(content)
 	if err != nil {
 		return nil, false, err
 	}
 	if slices.Contains(b.values, Normalize(entry)) {
 		return content, false, nil
 	}
-	// checked: the line parser's reading of content is kustomize's, so
-	// an edit of the list's own lines needs only those lines checked.
-	checked := verified.has(sum)
+	// A regular list was checked by read: the line parser's reading of
+	// content is kustomize's, so an edit of the list's own lines needs only
+	// those lines checked. An irregular one is rewritten first, and the
+	// whole edit is checked.
 	rewritten := b.end >= 0
 	if rewritten {
 		lines, b = regular(lines, b)
-		checked = false
 	}
 	item := b.indent + "- " + entry
 	switch {
@@ -256,7 +252,7 @@ func Add(content []byte, entry string) ([]byte, bool, error) {
 	out := []byte(strings.Join(lines, ""))
 	want := append(b.values, Normalize(entry))
 	outSum := sha256.Sum256(out)
-	if len(b.items) > 0 && checked {
+	if len(b.items) > 0 && !rewritten {
 		// The file was checked as YAML before; the edit adds one line after
 		// its last entry. Checking that line in that context is enough.
 		last := b.items[len(b.items)-1]
@@ -272,13 +268,11 @@ func Add(content []byte, entry string) ([]byte, bool, error) {
 		return nil, false, err
 	}
 	if !rewritten {
-		// The line parser reads out as b plus the new line: kustomize's
-		// reading, just checked. (After a rewrite a "resources:" line
-		// elsewhere may still fool it: the next read checks again.)
+		// The list had no items: the line parser reads out as the new
+		// line alone, kustomize's reading, just checked. (After a rewrite a
+		// "resources:" line elsewhere may still fool it: the next read
+		// checks again.)
 		verified.add(outSum)
-		if len(b.items) > 0 {
-			remember(outSum, lines, b, want)
-		}
 	}
 	return out, true, nil
 }
@@ -312,7 +306,7 @@ func Remove(content []byte, entry string) ([]byte, bool, error) {
 // Filter keeps the entries of the resources list for which keep is true, in
 // one pass. It reports whether the content changed.
 func Filter(content []byte, keep func(entry string) bool) ([]byte, bool, error) {
-	p, sum, err := read(content)
+	p, err := read(content)
 	if err != nil {
 		return nil, false, err
 	}
@@ -327,11 +321,9 @@ func Filter(content []byte, keep func(entry string) bool) ([]byte, bool, error) 
 	if len(kept) == len(keeps) {
 		return content, false, nil
 	}
-	checked := verified.has(sum)
-	rewritten := p.block.end >= 0
+	rewritten := p.block.end >= 0 // a regular list was checked by read
 	if rewritten {
 		p.lines, p.block = regular(p.lines, p.block)
-		checked = false
 	}
 	drop := make([]bool, len(p.lines))
 	for i, k := range keeps {
@@ -362,7 +354,7 @@ func Filter(content []byte, keep func(entry string) bool) ([]byte, bool, error) 
 	text := sb.String()
 	out := []byte(text)
 	outSum := sha256.Sum256(out)
-	if checked {
+	if !rewritten {
 		// Whole entry lines left a list checked as YAML before: the rest of
 		// the list, and of the file, means what it meant.
 		verified.add(outSum)
@@ -370,9 +362,6 @@ func Filter(content []byte, keep func(entry string) bool) ([]byte, bool, error) 
 	}
 	if err := checkEdit(content, out, kept); err != nil {
 		return nil, false, err
-	}
-	if !rewritten {
-		verified.add(outSum)
 	}
 	return out, true, nil
 }

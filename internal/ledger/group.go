@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"maps"
+	"path"
 	"slices"
 	"strconv"
 	"strings"
@@ -33,18 +34,22 @@ func bucket(name string) string {
 // targets/<h0h1>/<h2h3>.
 func targetPath(target string) string { return targetsDir + "/" + bucket(target) }
 
-// messagePath is the minute group of message id sent at sent (Unix ms):
-// messages/<hour, UTC>/m<minute>/<h0h1>.
-func messagePath(id string, sent int64) string {
+// messageGroupPath is the group of message id sent at sent (Unix ms) in
+// its hour, messages/<hour, UTC>/<h0h1>, or with a minute folder in that
+// minute, messages/<hour, UTC>/m<minute>/<h0h1>.
+func messageGroupPath(id string, sent int64, minute string) string {
 	h, _ := hourOf(sent)
-	return messagesDir + "/" + h + "/" + minuteOf(sent) + "/" + hourBucket(id)
+	return path.Join(messagesDir, h, minute, hourBucket(id))
 }
 
-// hourMessagePath is the hour group of message id sent at sent:
-// messages/<hour, UTC>/<h0h1>.
+// messagePath is the minute group of message id sent at sent.
+func messagePath(id string, sent int64) string {
+	return messageGroupPath(id, sent, minuteOf(sent))
+}
+
+// hourMessagePath is the hour group of message id sent at sent.
 func hourMessagePath(id string, sent int64) string {
-	h, _ := hourOf(sent)
-	return messagesDir + "/" + h + "/" + hourBucket(id)
+	return messageGroupPath(id, sent, "")
 }
 
 // hourGroupLimit is how many ids an hour group takes before the messages
@@ -82,20 +87,6 @@ func hourOf(sent int64) (name string, start int64) {
 func newTargets(target string) *group {
 	b := bucket(target)
 	return &group{path: targetsDir + "/" + b, bucket: b, targets: map[string]Record{}}
-}
-
-// newMessages is the empty minute group of message id sent at sent
-// (Unix ms): messages/<hour, UTC>/m<minute>/<h0h1>.
-func newMessages(id string, sent int64) *group {
-	h, start := hourOf(sent)
-	return &group{path: messagePath(id, sent), bucket: hourBucket(id), ids: map[string]int64{}, hour: h, minute: minuteOf(sent), start: start}
-}
-
-// newHourMessages is the empty hour group of message id sent at sent:
-// messages/<hour, UTC>/<h0h1>.
-func newHourMessages(id string, sent int64) *group {
-	h, start := hourOf(sent)
-	return &group{path: hourMessagePath(id, sent), bucket: hourBucket(id), ids: map[string]int64{}, hour: h, start: start}
 }
 
 // hourStart is the start (Unix ms) of the hour an hour folder's name

@@ -121,21 +121,20 @@ func (l *Ledger) targets(target string) *group {
 	return l.load(newTargets(target))
 }
 
-// messages is the group of message id's minute, where its hour's group
-// overflows: messages/<hour>/m<MM>/<h0h1>.
-func (l *Ledger) messages(id string, sent int64) *group {
-	if g, ok := l.groups[messagePath(id, sent)]; ok {
+// messageGroup is message id's group of its hour (messages/<hour>/<h0h1>),
+// or with byMinute of its minute (messages/<hour>/m<MM>/<h0h1>, where the
+// hour's group overflows).
+func (l *Ledger) messageGroup(id string, sent int64, byMinute bool) *group {
+	minute := ""
+	if byMinute {
+		minute = minuteOf(sent)
+	}
+	p := messageGroupPath(id, sent, minute)
+	if g, ok := l.groups[p]; ok {
 		return g
 	}
-	return l.load(newMessages(id, sent))
-}
-
-// hourMessages is the group of message id's hour: messages/<hour>/<h0h1>.
-func (l *Ledger) hourMessages(id string, sent int64) *group {
-	if g, ok := l.groups[hourMessagePath(id, sent)]; ok {
-		return g
-	}
-	return l.load(newHourMessages(id, sent))
+	h, start := hourOf(sent)
+	return l.load(&group{path: p, bucket: hourBucket(id), ids: map[string]int64{}, hour: h, minute: minute, start: start})
 }
 
 // Get returns target's record.
@@ -175,14 +174,14 @@ func (l *Ledger) Seen(id string, sent int64) bool {
 	if l.expired(sent) {
 		return false
 	}
-	hg := l.hourMessages(id, sent)
+	hg := l.messageGroup(id, sent, false)
 	if ms, ok := hg.ids[id]; ok && ms == sent {
 		return true
 	}
 	if len(hg.ids) < hourGroupLimit && !hg.broken {
 		return false // no message of this group went to its minutes
 	}
-	ms, ok := l.messages(id, sent).ids[id]
+	ms, ok := l.messageGroup(id, sent, true).ids[id]
 	return ok && ms == sent
 }
 
@@ -194,12 +193,12 @@ func (l *Ledger) Note(id string, sent int64) {
 	if l.expired(sent) || l.Seen(id, sent) {
 		return
 	}
-	g := l.hourMessages(id, sent)
+	g := l.messageGroup(id, sent, false)
 	if g.broken {
 		return // Err says so; what the group holds is not overwritten
 	}
 	if len(g.ids) >= hourGroupLimit {
-		g = l.messages(id, sent)
+		g = l.messageGroup(id, sent, true)
 	}
 	g.ids[id] = sent
 	g.dirty = true

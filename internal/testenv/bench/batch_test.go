@@ -3,7 +3,8 @@ package bench
 import (
 	"context"
 	"fmt"
-	"sort"
+	"maps"
+	"slices"
 	"testing"
 	"time"
 
@@ -33,12 +34,7 @@ func BenchmarkBatchInShardFolders(b *testing.B) {
 		b.Run(fmt.Sprintf("tenants=%d", n), func(b *testing.B) {
 			steps := batchAtSize(b, n, 100)
 			total := 0.0
-			names := make([]string, 0, len(steps))
-			for s := range steps {
-				names = append(names, s)
-			}
-			sort.Strings(names)
-			for _, s := range names {
+			for _, s := range slices.Sorted(maps.Keys(steps)) {
 				ms := float64(steps[s]) / float64(b.N) / float64(time.Millisecond)
 				b.ReportMetric(ms, s+"-ms/batch")
 				if s != string(pipeline.StepPush) && s != string(pipeline.StepLock) {

@@ -61,18 +61,19 @@ type LedgerOptions struct {
 	Revisions int
 	// Gitea also measures against real Gitea (make gitea builds it).
 	Gitea bool
-	// GiteaINI is added to Gitea's configuration (see GiteaNoLastCommitCache).
-	GiteaINI    string
-	Binary      string
-	SQSEndpoint string
-	WorkDir     string
+	// NoLastCommitCache runs Gitea with its last-commit cache off (see
+	// noLastCommitCache).
+	NoLastCommitCache bool
+	Binary            string
+	SQSEndpoint       string
+	WorkDir           string
 }
 
-// GiteaNoLastCommitCache turns off Gitea's last-commit cache, which, on
+// noLastCommitCache turns off Gitea's last-commit cache, which, on
 // every push to a branch of 1,000 commits or more, walks the branch's
 // history back until it finds the last commit of each entry of the root
 // folder (an entry unchanged since the first commit: the whole history).
-const GiteaNoLastCommitCache = "\n[cache.last_commit]\nCOMMITS_COUNT = 9223372036854775807\n"
+const noLastCommitCache = "\n[cache.last_commit]\nCOMMITS_COUNT = 9223372036854775807\n"
 
 // LedgerLatency is the single-message latency with a ledger of IDs message
 // ids, on one server.
@@ -118,7 +119,7 @@ type LedgerBacklog struct {
 	ServerGC      bool              `json:"server_autogc"`
 	ServerObjects map[string]string `json:"server_objects,omitempty"`
 	// NoLastCommitCache: Gitea ran with its last-commit cache off
-	// (GiteaNoLastCommitCache).
+	// (noLastCommitCache).
 	NoLastCommitCache bool `json:"gitea_last_commit_cache_off,omitempty"`
 }
 
@@ -232,7 +233,11 @@ func RunLedger(ctx context.Context, o LedgerOptions, progress io.Writer) (*Ledge
 	if err := os.Mkdir(dir+"/gitea", 0o755); err != nil {
 		return res, err
 	}
-	g, err := gitea.StartWith(dir+"/gitea", gitea.Options{INI: o.GiteaINI})
+	var opts gitea.Options
+	if o.NoLastCommitCache {
+		opts.INI = noLastCommitCache
+	}
+	g, err := gitea.StartWith(dir+"/gitea", opts)
 	if err != nil {
 		return res, err
 	}
@@ -522,7 +527,7 @@ func ledgerBacklog(ctx context.Context, o LedgerOptions, api *sqs.Client, h ledg
 		return b, fmt.Errorf("seed %s: %w", name, err)
 	}
 	b.ServerGC = !o.NoServerGC
-	b.NoLastCommitCache = h.name == "gitea" && o.GiteaINI == GiteaNoLastCommitCache
+	b.NoLastCommitCache = h.name == "gitea" && o.NoLastCommitCache
 	if o.NoServerGC {
 		if err := gitserver.Git(h.path(name), "config", "receive.autogc", "false"); err != nil {
 			return b, err
