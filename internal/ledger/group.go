@@ -57,8 +57,10 @@ func hourMessagePath(id string, sent int64) string {
 // about 160 a group and stays in hour groups (6,144 files a day; a group
 // per minute would make that 340,000 files, which a clone holds as as many
 // objects). An hour of a backlog at the 200 messages/s a worker applies at
-// most fills them in minutes, and then writes groups of about 50 ids: the
-// file a message rewrites holds at most 256 ids whatever the volume.
+// most fills them in minutes, and then writes groups of about 50 ids. The
+// file a message rewrites holds at most 256 ids unless more than 256
+// messages of one bucket were sent within one minute (about 65,000
+// messages sent in a minute): a minute group has no limit of its own.
 const hourGroupLimit = 256
 
 // hourBucket is the folder level of a message id within its hour or
@@ -174,8 +176,9 @@ func (g *group) render() []byte {
 }
 
 // each calls fn for every "key ms [value]" line of b, skipping comments.
-// Keys and values hold no ASCII blanks (names are escaped; message ids and
-// release versions are checked before they get here). Only those separate
+// Keys and values hold no ASCII blanks (names and message ids are escaped,
+// see escape and messageKey; release versions are checked before they get
+// here). Only those separate
 // fields, never Unicode white space as strings.Fields would: a name kept
 // as it is may hold U+00A0, U+0085, U+2028, U+3000 or invalid UTF-8, and
 // must stay one field. Lines have no length limit.

@@ -55,6 +55,21 @@ func escape(name string) string {
 	return b.String()
 }
 
+// messageKey is message id as a group file holds it: escaped as names
+// are, and "#" at its start (a comment's mark) and the empty id escaped
+// too, so that any id an SQS-compatible server sends is one field that
+// reads back as itself. SQS's own ids (UUIDs) are kept as they are.
+func messageKey(id string) string {
+	switch k := escape(id); {
+	case k == "":
+		return "%" // escape() writes "%" only before two hex digits
+	case k[0] == '#':
+		return "%23" + k[1:]
+	default:
+		return k
+	}
+}
+
 func needsEscape(r rune) bool { return r <= ' ' || r == '%' || r == 0x7f }
 
 // canonical is the key that Tenant, Env and the other key functions give

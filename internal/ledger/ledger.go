@@ -11,7 +11,7 @@
 //
 //	targets/<h0h1>/<h2h3>                 "key ms [value]" lines, sorted by key
 //	messages/<YYYYMMDDHH>/<h0h1>          "id ms" lines, sorted by id
-//	messages/<YYYYMMDDHH>/m<MM>/<h0h1>    the same, once the hour's file is full
+//	messages/<YYYYMMDDHH>/m<MM>/<h0h1>    the same, once the hour's file is full (read whenever an id is not in the hour's)
 //
 // A target's group is named by the first four hex digits of the sha256 of
 // its key as written (Tenant("t1") is "tenant/t1", escaped as below); a
@@ -168,20 +168,21 @@ func (l *Ledger) Set(target string, ms int64, value string) {
 
 // Seen reports whether message id, sent at sent (its SQS SentTimestamp,
 // Unix ms), was applied within the retention period. It reads the group
-// of that hour and id, and only when that group is full the group of that
+// of that hour and id, and when the id is not there the group of that
 // minute and id.
 func (l *Ledger) Seen(id string, sent int64) bool {
 	if l.expired(sent) {
 		return false
 	}
-	hg := l.messageGroup(id, sent, false)
-	if ms, ok := hg.ids[id]; ok && ms == sent {
+	key := messageKey(id)
+	if ms, ok := l.messageGroup(id, sent, false).ids[key]; ok && ms == sent {
 		return true
 	}
-	if len(hg.ids) < hourGroupLimit && !hg.broken {
-		return false // no message of this group went to its minutes
-	}
-	ms, ok := l.messageGroup(id, sent, true).ids[id]
+	// The minute group is read whatever the hour group holds: a hand edit
+	// or a revert may have taken ids out of a full hour group, and what
+	// went to the minutes must still be found. Its absence costs a lookup
+	// in the tree.
+	ms, ok := l.messageGroup(id, sent, true).ids[key]
 	return ok && ms == sent
 }
 
@@ -200,7 +201,7 @@ func (l *Ledger) Note(id string, sent int64) {
 	if len(g.ids) >= hourGroupLimit {
 		g = l.messageGroup(id, sent, true)
 	}
-	g.ids[id] = sent
+	g.ids[messageKey(id)] = sent
 	g.dirty = true
 }
 
