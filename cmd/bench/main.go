@@ -45,6 +45,7 @@ func run() int {
 	ledgerShards := flag.Int("ledger-shards", 0, "lay the backlog's repository out in this many shard folders per tier (tenant-worker layout migrate); 0 is the platform's layout")
 	ledgerNoServerGC := flag.Bool("ledger-no-server-gc", false, "turn git's automatic housekeeping off on the backlog's server repository (receive.autogc false)")
 	ledgerGiteaLastCommit := flag.Bool("ledger-gitea-last-commit-cache", true, "leave Gitea's last-commit cache on (its default), which walks a branch's history on every push once it has 1,000 commits; false sets [cache.last_commit] COMMITS_COUNT out of reach")
+	ledgerGiteaLanguageStats := flag.Bool("ledger-gitea-language-stats", true, "leave Gitea's language statistics on (its default), which list the default branch's whole tree after every push that moves it; false gives their queue the dummy type")
 	ledgerRevisions := flag.Int("ledger-revisions", 1000, "messages, half of them no-ops, whose new main revisions are counted, per server; 0 skips it")
 	liveLayouts := flag.String("live-layouts", "one", "layouts of the time to live, comma-separated, each on a control plane of its own: one (the platform's tenants Kustomization), tiers (a Kustomization per tier folder), shards (a Kustomization per shard folder, of the GitRepository), artifacts (a Kustomization per shard folder, from the worker's ExternalArtifact)")
 	liveShards := flag.Int("live-shards", 16, "shard folders per tier of the shards and artifacts layouts")
@@ -71,7 +72,7 @@ func run() int {
 		return 2
 	}
 	ledgerOpts := bench.LedgerOptions{Tenants: *ledgerTenants, Onboard: *ledgerOnboard, Backlog: *ledgerBacklog, BacklogDeployments: *ledgerBacklogDeploy, Shards: *ledgerShards, NoServerGC: *ledgerNoServerGC,
-		Revisions: *ledgerRevisions, Gitea: *onGitea, NoLastCommitCache: !*ledgerGiteaLastCommit, Binary: *binary}
+		Revisions: *ledgerRevisions, Gitea: *onGitea, NoLastCommitCache: !*ledgerGiteaLastCommit, NoLanguageStats: !*ledgerGiteaLanguageStats, Binary: *binary}
 	if ledgerOpts.IDs, err = parseSizes(*ledgerIDs); err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)
 		return 2

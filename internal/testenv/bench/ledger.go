@@ -64,9 +64,12 @@ type LedgerOptions struct {
 	// NoLastCommitCache runs Gitea with its last-commit cache off (see
 	// noLastCommitCache).
 	NoLastCommitCache bool
-	Binary            string
-	SQSEndpoint       string
-	WorkDir           string
+	// NoLanguageStats runs Gitea without its language statistics (see
+	// noLanguageStats).
+	NoLanguageStats bool
+	Binary          string
+	SQSEndpoint     string
+	WorkDir         string
 }
 
 // noLastCommitCache turns off Gitea's last-commit cache, which, on
@@ -74,6 +77,13 @@ type LedgerOptions struct {
 // history back until it finds the last commit of each entry of the root
 // folder (an entry unchanged since the first commit: the whole history).
 const noLastCommitCache = "\n[cache.last_commit]\nCOMMITS_COUNT = 9223372036854775807\n"
+
+// noLanguageStats turns off Gitea's language statistics: on every push that
+// moves the default branch, Gitea queues them, and they list the whole tree
+// of the branch and ask `git check-attr` about each file, in the
+// background, a cost that follows the number of files. A dummy queue drops
+// the requests.
+const noLanguageStats = "\n[queue.repo_stats_update]\nTYPE = dummy\n"
 
 // LedgerLatency is the single-message latency with a ledger of IDs message
 // ids, on one server.
@@ -121,6 +131,9 @@ type LedgerBacklog struct {
 	// NoLastCommitCache: Gitea ran with its last-commit cache off
 	// (noLastCommitCache).
 	NoLastCommitCache bool `json:"gitea_last_commit_cache_off,omitempty"`
+	// NoLanguageStats: Gitea ran without its language statistics
+	// (noLanguageStats).
+	NoLanguageStats bool `json:"gitea_language_stats_off,omitempty"`
 }
 
 // LedgerRevisions is the new revisions of main and of the ledger branch
@@ -235,7 +248,10 @@ func RunLedger(ctx context.Context, o LedgerOptions, progress io.Writer) (*Ledge
 	}
 	var opts gitea.Options
 	if o.NoLastCommitCache {
-		opts.INI = noLastCommitCache
+		opts.INI += noLastCommitCache
+	}
+	if o.NoLanguageStats {
+		opts.INI += noLanguageStats
 	}
 	g, err := gitea.StartWith(dir+"/gitea", opts)
 	if err != nil {
@@ -528,6 +544,7 @@ func ledgerBacklog(ctx context.Context, o LedgerOptions, api *sqs.Client, h ledg
 	}
 	b.ServerGC = !o.NoServerGC
 	b.NoLastCommitCache = h.name == "gitea" && o.NoLastCommitCache
+	b.NoLanguageStats = h.name == "gitea" && o.NoLanguageStats
 	if o.NoServerGC {
 		if err := gitserver.Git(h.path(name), "config", "receive.autogc", "false"); err != nil {
 			return b, err
@@ -653,6 +670,9 @@ func LedgerTable(r *LedgerResult) string {
 		}
 		if l.NoLastCommitCache {
 			layout += ", last-commit cache off"
+		}
+		if l.NoLanguageStats {
+			layout += ", language stats off"
 		}
 		fmt.Fprintf(&b, "| %s, %s | %d | %d %s | %.1f | %.0f | %s | %s | %s | %s | %s | %d | %.0f |\n", l.Server, layout, l.Tenants, l.Messages, l.Kind,
 			l.Seconds, l.PerSecond, yes(l.PerSecond >= 100), first, last, ratio, ok, l.Redelivered, l.PeakRSSMB)
