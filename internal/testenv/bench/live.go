@@ -104,10 +104,23 @@ const (
 	// LayoutArtifacts gives each shard folder a Kustomization of its own,
 	// from the ExternalArtifact the worker publishes of that folder alone.
 	LayoutArtifacts = "artifacts"
+	// LayoutOneTuned is LayoutOne with TunedKustomizeFlags added to
+	// kustomize-controller's, so that one run measures today's layout with
+	// Flux's defaults and tuned.
+	LayoutOneTuned = "one-tuned"
 )
 
+// TunedKustomizeFlags raise kustomize-controller's client rate limit (50
+// requests/s, burst 300) and its concurrent server-side applies: the
+// tuning that took the 500-tenant apply from 58 s to 14-26 s.
+var TunedKustomizeFlags = []string{"--kube-api-qps=1000", "--kube-api-burst=2000", "--concurrent-ssa=8"}
+
 // Layouts are the layouts RunLive knows, in the order of the table.
-var Layouts = []string{LayoutOne, LayoutTiers, LayoutShards, LayoutArtifacts}
+var Layouts = []string{LayoutOne, LayoutOneTuned, LayoutTiers, LayoutShards, LayoutArtifacts}
+
+// oneKustomization reports whether layout applies every tenant with the
+// platform's one tenants Kustomization.
+func oneKustomization(layout string) bool { return layout == LayoutOne || layout == LayoutOneTuned }
 
 // liveTiers are the tiers the tenants are dealt to in turn, installed and
 // onboarded alike.
@@ -157,7 +170,7 @@ func RunLive(ctx context.Context, o LiveOptions, progress io.Writer) ([]LiveResu
 		if !slices.Contains(Layouts, l) {
 			return nil, fmt.Errorf("no layout %q: the layouts are %s", l, strings.Join(Layouts, ", "))
 		}
-		if l != LayoutOne && l != LayoutTiers && o.Shards < 1 {
+		if !oneKustomization(l) && l != LayoutTiers && o.Shards < 1 {
 			return nil, fmt.Errorf("layout %s needs shard folders (-live-shards)", l)
 		}
 	}
@@ -199,8 +212,12 @@ func liveSize(ctx context.Context, o LiveOptions, n int, layout string, progress
 	res := LiveResult{Tenants: n, KustomizeFlags: o.KustomizeFlags, Layout: layout, Shards: l.Shards, ReleaseInterval: o.ReleaseInterval}
 	sampleTimeout := cmp.Or(o.SampleTimeout, defaultSampleTimeout)
 	flags := o.KustomizeFlags
-	if layout == LayoutArtifacts {
+	switch layout {
+	case LayoutArtifacts:
 		flags = append(slices.Clone(flags), "--feature-gates=ExternalArtifact=true")
+	case LayoutOneTuned:
+		flags = append(slices.Clone(flags), TunedKustomizeFlags...)
+		res.KustomizeFlags = flags
 	}
 	if layout != LayoutOne {
 		o.Interval = 0
@@ -289,7 +306,7 @@ func liveSize(ctx context.Context, o LiveOptions, n int, layout string, progress
 
 	// The applies of the install itself are not the runs'.
 	logPath := filepath.Join(dir, "cluster", "kustomize-controller.log")
-	before, _ := tenantsApplies(logPath, 0, layout != LayoutOne)
+	before, _ := tenantsApplies(logPath, 0, !oneKustomization(layout))
 	applyFrom := len(before)
 	for _, mode := range []struct {
 		name      string
@@ -362,7 +379,7 @@ func liveSize(ctx context.Context, o LiveOptions, n int, layout string, progress
 	if res.Request.P50 > 0 {
 		res.IntervalOverRequest = res.Interval.P50 / res.Request.P50
 	}
-	applies, err := tenantsApplies(logPath, applyFrom, layout != LayoutOne)
+	applies, err := tenantsApplies(logPath, applyFrom, !oneKustomization(layout))
 	if err == nil {
 		res.TenantsApply = stats(applies)
 	}
@@ -548,7 +565,7 @@ func cpuSummary(cpu map[string]float64) string {
 func LiveTable(results []LiveResult) string {
 	var b strings.Builder
 	fmt.Fprintln(&b, "time to live: SendMessage -> the tenant's HelmRelease Ready (real control plane, Flux 1.x)")
-	fmt.Fprintln(&b, "layouts: one = the platform's tenants Kustomization; tiers = a Kustomization per tier folder; shards = a Kustomization per")
+	fmt.Fprintln(&b, "layouts: one = the platform's tenants Kustomization (one-tuned: kustomize-controller tuned); tiers = a Kustomization per tier folder; shards = a Kustomization per")
 	fmt.Fprintln(&b, "shard folder, both of the GitRepository; artifacts = a Kustomization per shard folder from the worker's ExternalArtifact")
 	fmt.Fprintln(&b, "with the reconcile request: ready p50/p95; p50 of its stages pushed (the worker) and HelmRelease made (kustomize-controller)")
 	fmt.Fprintf(&b, "%8s | %-20s | %17s | %6s | %6s | %17s | %17s | %s\n", "tenants", "layout", "ready p50 / p95", "pushed", "made", "apply p50 / p95", "interval p50/p95", "CPU ms per change")
