@@ -74,9 +74,10 @@ func TestChartRBAC(t *testing.T) {
 // rules alone) the chart grants exactly get and create on ExternalArtifacts
 // and Kustomizations in the Flux namespace and update on ExternalArtifacts'
 // status, bound to the worker's ServiceAccount, whose token is then mounted;
-// the worker is told the Service's URL and the port is served. The worker
-// publishes with exactly these rules nowhere yet on a control plane: the
-// publishing test there runs as the admin (TestWorkerPublishesShardArtifacts).
+// the worker is told the Service's URL and the port is served. On a
+// control plane the worker publishes with exactly these rules
+// (TestWorkerPublishesShardArtifacts and TestReadinessWithShardKustomizations
+// run it with the chart's identity).
 func TestChartArtifactsRBAC(t *testing.T) {
 	r := render(t, loadChart(t), map[string]any{
 		"readiness": map[string]any{"enabled": false, "fluxNamespace": "flux"},

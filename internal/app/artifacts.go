@@ -88,6 +88,7 @@ func servePublisher(ctx context.Context, o wconfig.Options, ln net.Listener, pub
 			if _, err := p.Sync(ctx); err != nil && ctx.Err() == nil {
 				log.Warn().Err(err).Msg("could not fetch the branch to publish it; publishing what this clone holds")
 			}
+			pub.Forget() // read every object again: one deleted or written elsewhere is made right
 		}
 		err := p.Read(ctx, func(r gitops.Reader) error {
 			snap, ok := r.(*gitrepo.Snapshot)

@@ -97,6 +97,18 @@ func (p *Publisher) BuildWith(at func(ctx context.Context, commit string, fn fun
 	p.o.At = at
 }
 
+// Forget drops what the Publisher remembers of the cluster (which tree
+// each folder was published from, which Kustomizations exist), so that
+// the next Publish reads every object again and makes any that is missing
+// or points elsewhere: one deleted by hand, by a migration back, or
+// written by another replica. The archives served are kept.
+func (p *Publisher) Forget() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	clear(p.trees)
+	clear(p.applied)
+}
+
 // Name is the ExternalArtifact of a tier's shard folder.
 func Name(tier, shard string) string { return "tenants-" + tier + "-" + shard }
 
@@ -167,6 +179,11 @@ type Folder struct {
 func (p *Publisher) Publish(ctx context.Context, snap Source, commit string) ([]Folder, error) {
 	l, err := p.o.Layout.Of(snap)
 	if err != nil || !l.ShardKustomizations {
+		if err == nil {
+			// Migrated back: its objects are deleted. A migration in again
+			// must make them again, not trust what was published before.
+			p.Forget()
+		}
 		return nil, err
 	}
 	tiers, err := l.Tiers(snap)

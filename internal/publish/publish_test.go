@@ -173,3 +173,76 @@ func TestFromTemplateKeepsWhatTheTemplateSets(t *testing.T) {
 		}
 	}
 }
+
+// TestPublishMakesAgainWhatWasDeleted: an ExternalArtifact or
+// Kustomization deleted in the cluster (by hand, or by a migration back
+// and in again) is made again by the next Publish after Forget (the
+// worker's periodic publish), and by the first Publish after the layout
+// came back to shard Kustomizations, without Forget.
+func TestPublishMakesAgainWhatWasDeleted(t *testing.T) {
+	ctx := context.Background()
+	l := gitops.Layout{Root: "root", Shards: 1, ShardKustomizations: true}
+	in := memtree.Tree{
+		l.LayoutFile(): string(l.LayoutContent()),
+		"root/tier-templates/premium_tenant_template.yaml": "kind: HelmRelease\n",
+		"root/tenants/premium/kustomization.yaml":          "resources:\n  - shard-00\n",
+		"root/tenants/premium/shard-00/kustomization.yaml": "resources:\n  - a.yaml\n",
+		"root/tenants/premium/shard-00/a.yaml":             "kind: ConfigMap\n",
+	}
+	back := memtree.Tree{}
+	for k, v := range in {
+		back[k] = v
+	}
+	back[l.LayoutFile()] = string(gitops.Layout{Root: "root", Shards: 1}.LayoutContent())
+	template := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "kustomize.toolkit.fluxcd.io/v1", "kind": "Kustomization",
+		"metadata": map[string]any{"name": "dataplane-tenants", "namespace": "flux-system"},
+		"spec": map[string]any{"interval": "1m0s", "prune": true, "path": "./tenants",
+			"sourceRef": map[string]any{"kind": "GitRepository", "name": "flux-system"}},
+	}}
+	dyn := dynfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(),
+		map[schema.GroupVersionResource]string{flux.Kustomizations: "KustomizationList", flux.ExternalArtifacts: "ExternalArtifactList"}, template)
+	p := New(Options{Layout: gitops.Layout{Root: "root"}, Namespace: "flux-system", Client: dyn, Template: "dataplane-tenants",
+		URL: "http://worker:8081", Branch: "main"})
+	name := Name("premium", "shard-00")
+	exist := func() (artifact, kustomization bool) {
+		_, errA := dyn.Resource(flux.ExternalArtifacts).Namespace("flux-system").Get(ctx, name, metav1.GetOptions{})
+		_, errK := dyn.Resource(flux.Kustomizations).Namespace("flux-system").Get(ctx, name, metav1.GetOptions{})
+		return errA == nil, errK == nil
+	}
+	remove := func() {
+		for _, r := range []schema.GroupVersionResource{flux.ExternalArtifacts, flux.Kustomizations} {
+			if err := dyn.Resource(r).Namespace("flux-system").Delete(ctx, name, metav1.DeleteOptions{}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	publish := func(src memtree.Tree) {
+		t.Helper()
+		if _, err := p.Publish(ctx, src, "c1"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	publish(in)
+	if a, k := exist(); !a || !k {
+		t.Fatalf("first publish: ExternalArtifact %v, Kustomization %v", a, k)
+	}
+
+	remove()
+	publish(in)
+	if a, k := exist(); a || k {
+		t.Fatal("setup: without Forget the tree published before is trusted, or this test shows nothing")
+	}
+	p.Forget()
+	publish(in)
+	if a, k := exist(); !a || !k {
+		t.Errorf("deleted, then Forget and publish: ExternalArtifact %v, Kustomization %v; want both made again", a, k)
+	}
+
+	remove() // a migration back deletes them
+	publish(back)
+	publish(in) // and in again
+	if a, k := exist(); !a || !k {
+		t.Errorf("migrated back and in again: ExternalArtifact %v, Kustomization %v; want both made again", a, k)
+	}
+}
