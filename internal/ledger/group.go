@@ -42,16 +42,6 @@ func messageGroupPath(id string, sent int64, minute string) string {
 	return path.Join(messagesDir, h, minute, hourBucket(id))
 }
 
-// messagePath is the minute group of message id sent at sent.
-func messagePath(id string, sent int64) string {
-	return messageGroupPath(id, sent, minuteOf(sent))
-}
-
-// hourMessagePath is the hour group of message id sent at sent.
-func hourMessagePath(id string, sent int64) string {
-	return messageGroupPath(id, sent, "")
-}
-
 // hourGroupLimit is how many ids an hour group takes before the messages
 // of its bucket go to their minute's group. A day of 1,000,000 ids holds
 // about 160 a group and stays in hour groups (6,144 files a day; a group

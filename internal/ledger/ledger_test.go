@@ -303,13 +303,7 @@ func TestCorruptGroup(t *testing.T) {
 // Prune drops the hour with both, and a minute group that does not parse
 // is an error, not an empty group.
 func TestAFullHourGroupOverflowsIntoMinutes(t *testing.T) {
-	bucketOf := hourBucket("m-new")
-	var ids []string
-	for i := 0; len(ids) < hourGroupLimit; i++ {
-		if id := fmt.Sprint("m-", i); hourBucket(id) == bucketOf {
-			ids = append(ids, id)
-		}
-	}
+	ids := sameBucket("m-", "m-new", hourGroupLimit)
 	l := Open(nil)
 	for _, id := range ids {
 		l.Note(id, t0-1)

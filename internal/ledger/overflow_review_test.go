@@ -4,24 +4,11 @@ package ledger
 // each failed before the fix it names.
 
 import (
-	"fmt"
 	"maps"
 	"slices"
 	"strings"
 	"testing"
 )
-
-// sameBucket returns n ids "<prefix><i>" whose hour bucket is like's.
-func sameBucket(prefix, like string, n int) []string {
-	b := hourBucket(like)
-	var ids []string
-	for i := 0; len(ids) < n; i++ {
-		if id := fmt.Sprint(prefix, i); hourBucket(id) == b {
-			ids = append(ids, id)
-		}
-	}
-	return ids
-}
 
 // overflowed is a tree whose hour group of hourBucket("m-new") in t0's
 // hour holds hourGroupLimit ids (sent at t0-1, minute 24), and where

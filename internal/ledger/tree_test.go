@@ -112,3 +112,25 @@ func fillHour(tb testing.TB, n int, at int64) *tree {
 	t.apply(tb, l.Changes())
 	return t
 }
+
+// messagePath is the minute group of message id sent at sent.
+func messagePath(id string, sent int64) string {
+	return messageGroupPath(id, sent, minuteOf(sent))
+}
+
+// hourMessagePath is the hour group of message id sent at sent.
+func hourMessagePath(id string, sent int64) string {
+	return messageGroupPath(id, sent, "")
+}
+
+// sameBucket returns n ids "<prefix><i>" whose hour bucket is like's.
+func sameBucket(prefix, like string, n int) []string {
+	b := hourBucket(like)
+	var ids []string
+	for i := 0; len(ids) < n; i++ {
+		if id := fmt.Sprint(prefix, i); hourBucket(id) == b {
+			ids = append(ids, id)
+		}
+	}
+	return ids
+}
