@@ -278,6 +278,10 @@ func Run(ctx context.Context, c Config) error {
 	}
 	if artifactPub != nil {
 		artifactPub.BuildWith(rebuildFrom(p))
+		artifactPub.CheckHeadWith(func(ctx context.Context) (string, error) {
+			h, err := repo.RemoteHead(ctx)
+			return h.String(), err
+		})
 		wg.Go(func() { servePublisher(ctx, o, artifactLn, artifactPub, p, pushed) })
 	}
 	for _, c := range consumers {

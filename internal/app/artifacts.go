@@ -25,6 +25,10 @@ import (
 // object deleted in the cluster is not seen by any other means).
 const publishEvery = 30 * time.Second
 
+// maxSuperseded bounds the publishes started again at once because the
+// branch moved meanwhile; past it, the next push or tick publishes.
+const maxSuperseded = 5
+
 // artifacts makes the publisher of ARTIFACT_URL, or nil without it.
 func artifacts(o wconfig.Options) (*publish.Publisher, error) {
 	if o.ArtifactURL == "" {
@@ -83,6 +87,7 @@ func servePublisher(ctx context.Context, o wconfig.Options, ln net.Listener, pub
 	tick := time.NewTicker(publishEvery)
 	defer tick.Stop()
 	fetch := true // at start and on each tick: the branch may have moved without this worker
+	superseded := 0
 	for {
 		if fetch {
 			if _, err := p.Sync(ctx); err != nil && ctx.Err() == nil {
@@ -103,6 +108,16 @@ func servePublisher(ctx context.Context, o wconfig.Options, ln net.Listener, pub
 			}
 			return err
 		})
+		if errors.Is(err, publish.ErrSuperseded) && superseded < maxSuperseded && ctx.Err() == nil {
+			// Another replica pushed (and publishes) a newer commit: fetch
+			// it and publish it at once, rather than leave this replica's
+			// objects a tick behind.
+			log.Info().Err(err).Msg("a newer commit is on the branch; publishing it")
+			superseded++
+			fetch = true
+			continue
+		}
+		superseded = 0
 		if err != nil && ctx.Err() == nil {
 			log.Warn().Err(err).Msg("could not publish the shard folders; trying again")
 		}

@@ -68,6 +68,9 @@ type Options struct {
 	// is built again on request, so that any replica behind a Service
 	// serves any URL (the bytes depend on the folder alone).
 	At func(ctx context.Context, commit string, fn func(Source) error) error
+	// Head, if set, reads the branch's commit on the server: a commit that
+	// is no longer the head is not published (see Publish).
+	Head func(ctx context.Context) (string, error)
 }
 
 // Publisher serves the archives and writes the objects. It is safe for
@@ -95,6 +98,11 @@ func New(o Options) *Publisher {
 // BuildWith sets Options.At; call it before serving.
 func (p *Publisher) BuildWith(at func(ctx context.Context, commit string, fn func(Source) error) error) {
 	p.o.At = at
+}
+
+// CheckHeadWith sets Options.Head; call it before publishing.
+func (p *Publisher) CheckHeadWith(head func(ctx context.Context) (string, error)) {
+	p.o.Head = head
 }
 
 // Forget drops what the Publisher remembers of the cluster (which tree
@@ -170,12 +178,25 @@ type Folder struct {
 	Changed bool
 }
 
+// ErrSuperseded: the commit being published is no longer the branch's
+// head, or another replica wrote an object since it was read. Nothing of
+// the commit was pointed at; fetch the branch and publish its head.
+var ErrSuperseded = errors.New("superseded by a newer commit")
+
 // Publish brings the ExternalArtifact of every shard folder in snap (at
 // commit) to that folder, when the layout gives shard folders
 // Kustomizations of their own (else it does nothing): a folder whose tree
 // is the one last published costs nothing, a new archive is served before
 // the object points at it, and the folder's Kustomization is made if it is
 // missing. Shard folders are never removed in that layout.
+//
+// Replicas publish in the order of their pushes: every object to change is
+// read first, then, with Options.Head, the commit must still be the
+// branch's head, and each object is written only if nobody wrote it since
+// it was read (its resourceVersion). A replica that pushed a newer commit
+// publishes after its push, so after that check: either its write comes
+// last, or it finds the older one written and writes over it. Otherwise
+// Publish points at nothing and returns ErrSuperseded.
 func (p *Publisher) Publish(ctx context.Context, snap Source, commit string) ([]Folder, error) {
 	l, err := p.o.Layout.Of(snap)
 	if err != nil || !l.ShardKustomizations {
@@ -190,58 +211,137 @@ func (p *Publisher) Publish(ctx context.Context, snap Source, commit string) ([]
 	if err != nil {
 		return nil, fmt.Errorf("list tiers: %w", err)
 	}
-	var out []Folder
-	var errs []error
+	var (
+		out     []Folder
+		changes []*change
+		errs    []error
+	)
 	for _, tier := range tiers {
 		_, dirs, err := snap.Entries(l.TierDir(tier))
 		if err != nil {
-			return out, fmt.Errorf("list %s: %w", l.TierDir(tier), err)
+			return nil, fmt.Errorf("list %s: %w", l.TierDir(tier), err)
 		}
 		for _, shard := range dirs {
 			if !gitops.IsShard(shard) {
 				continue
 			}
-			f, err := p.publish(ctx, snap, commit, tier, shard, path.Join(l.TierDir(tier), shard))
-			if err != nil {
+			c, err := p.read(ctx, snap, commit, tier, shard, path.Join(l.TierDir(tier), shard))
+			switch {
+			case err != nil:
 				errs = append(errs, err)
-				continue
+			case c.obj != nil:
+				changes = append(changes, c)
+			default:
+				out = append(out, c.f)
 			}
-			out = append(out, f)
 		}
+	}
+	if len(changes) > 0 && p.o.Head != nil {
+		head, err := p.o.Head(ctx)
+		if err != nil {
+			return out, errors.Join(append(errs, fmt.Errorf("read the branch's head: %w", err))...)
+		}
+		if head != commit {
+			return out, errors.Join(append(errs, fmt.Errorf("publish %s: %w: the branch is at %s", commit, ErrSuperseded, head))...)
+		}
+	}
+	for _, c := range changes {
+		if err := p.write(ctx, c); err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		out = append(out, c.f)
 	}
 	return out, errors.Join(errs...)
 }
 
-func (p *Publisher) publish(ctx context.Context, snap Source, commit, tier, shard, dir string) (Folder, error) {
-	f := Folder{Tier: tier, Shard: shard, Name: Name(tier, shard)}
+// A change is a folder whose object must point at a new archive.
+type change struct {
+	f         Folder
+	dir, tree string
+	// obj is the object as read, nil when it points at the folder already.
+	obj  *unstructured.Unstructured
+	file string
+	a    artifact.Artifact
+	// origin is the branch and commit the archive came from.
+	origin string
+}
+
+// read serves the folder's archive and reads its object (making it when
+// missing). A folder already pointed at is done: its Kustomization is made
+// if missing and its tree remembered.
+func (p *Publisher) read(ctx context.Context, snap Source, commit, tier, shard, dir string) (*change, error) {
+	c := &change{f: Folder{Tier: tier, Shard: shard, Name: Name(tier, shard)}, dir: dir}
 	tree, err := snap.DirHash(dir)
 	if err != nil {
-		return f, fmt.Errorf("read %s: %w", dir, err)
+		return nil, fmt.Errorf("read %s: %w", dir, err)
 	}
+	c.tree = tree
 	p.mu.Lock()
 	same := p.trees[dir] == tree
 	p.mu.Unlock()
 	if same {
-		return f, nil
+		return c, nil
 	}
-	a, err := artifact.Build(snap, dir)
+	if c.a, err = artifact.Build(snap, dir); err != nil {
+		return nil, err
+	}
+	c.f.Revision = c.a.Revision
+	c.origin = p.o.Branch + "@sha1:" + commit
+	c.file = path.Join(commit, tier, shard, strings.TrimPrefix(c.a.Digest, "sha256:")+".tar.gz")
+	p.serve(c.f.Name, c.file, c.a.Data)
+	obj, err := p.object(ctx, c.f.Name, c.a)
 	if err != nil {
-		return f, err
+		return nil, fmt.Errorf("publish %s: %w", c.f.Name, err)
 	}
-	f.Revision = a.Revision
-	file := path.Join(commit, tier, shard, strings.TrimPrefix(a.Digest, "sha256:")+".tar.gz")
-	p.serve(f.Name, file, a.Data)
-	f.Changed, err = p.point(ctx, f.Name, file, a, commit)
+	if obj != nil {
+		c.obj = obj
+		return c, nil
+	}
+	return c, p.done(ctx, c)
+}
+
+// write points the object read at the folder's archive, unless it was
+// written since it was read.
+func (p *Publisher) write(ctx context.Context, c *change) error {
+	now := time.Now().UTC().Format(time.RFC3339)
+	status := map[string]any{
+		"artifact": map[string]any{
+			"digest": c.a.Digest, "revision": c.a.Revision, "lastUpdateTime": now,
+			"path": c.file, "url": strings.TrimSuffix(p.o.URL, "/") + "/" + c.file,
+			"size":     int64(len(c.a.Data)),
+			"metadata": map[string]any{OriginRevision: c.origin},
+		},
+		"conditions": []any{map[string]any{
+			"type": "Ready", "status": "True", "reason": "Succeeded", "lastTransitionTime": now,
+			"observedGeneration": c.obj.GetGeneration(),
+			"message":            "stored artifact for revision '" + c.a.Revision + "' from " + c.origin,
+		}},
+	}
+	if err := unstructured.SetNestedMap(c.obj.Object, status, "status"); err != nil {
+		return fmt.Errorf("publish %s: %w", c.f.Name, err)
+	}
+	_, err := p.o.Client.Resource(flux.ExternalArtifacts).Namespace(p.o.Namespace).UpdateStatus(ctx, c.obj, metav1.UpdateOptions{})
+	if apierrors.IsConflict(err) {
+		return fmt.Errorf("publish %s: %w: %v", c.f.Name, ErrSuperseded, err)
+	}
 	if err != nil {
-		return f, fmt.Errorf("publish %s: %w", f.Name, err)
+		return fmt.Errorf("publish %s: %w", c.f.Name, err)
 	}
-	if err := p.kustomization(ctx, f.Name); err != nil {
-		return f, fmt.Errorf("Kustomization of %s: %w", f.Name, err)
+	c.f.Changed = true
+	return p.done(ctx, c)
+}
+
+// done makes the folder's Kustomization if missing and remembers the tree
+// published.
+func (p *Publisher) done(ctx context.Context, c *change) error {
+	if err := p.kustomization(ctx, c.f.Name); err != nil {
+		return fmt.Errorf("Kustomization of %s: %w", c.f.Name, err)
 	}
 	p.mu.Lock()
-	p.trees[dir] = tree
+	p.trees[c.dir] = c.tree
 	p.mu.Unlock()
-	return f, nil
+	return nil
 }
 
 // serve adds an archive, keeping the object's previous one. A folder can
@@ -284,9 +384,9 @@ func (p *Publisher) usedLocked(file, except string) bool {
 	return false
 }
 
-// point creates the object if it is missing and sets its status to the
-// archive; it reports whether it changed anything.
-func (p *Publisher) point(ctx context.Context, name, file string, a artifact.Artifact, commit string) (bool, error) {
+// object reads the object, creating it if it is missing, and returns it
+// when it must change to point at a; nil when it points at a already.
+func (p *Publisher) object(ctx context.Context, name string, a artifact.Artifact) (*unstructured.Unstructured, error) {
 	res := p.o.Client.Resource(flux.ExternalArtifacts).Namespace(p.o.Namespace)
 	obj, err := res.Get(ctx, name, metav1.GetOptions{})
 	if apierrors.IsNotFound(err) {
@@ -299,7 +399,7 @@ func (p *Publisher) point(ctx context.Context, name, file string, a artifact.Art
 		obj, err = res.Create(ctx, obj, metav1.CreateOptions{})
 	}
 	if err != nil {
-		return false, err
+		return nil, err
 	}
 	if rev, _, _ := unstructured.NestedString(obj.Object, "status", "artifact", "revision"); rev == a.Revision {
 		// Published before (by this replica before a restart, or another,
@@ -308,30 +408,9 @@ func (p *Publisher) point(ctx context.Context, name, file string, a artifact.Art
 		if u, _, _ := unstructured.NestedString(obj.Object, "status", "artifact", "url"); strings.HasPrefix(u, strings.TrimSuffix(p.o.URL, "/")+"/") {
 			p.serve(name, strings.TrimPrefix(u, strings.TrimSuffix(p.o.URL, "/")+"/"), a.Data)
 		}
-		return false, nil
+		return nil, nil
 	}
-	now := time.Now().UTC().Format(time.RFC3339)
-	origin := p.o.Branch + "@sha1:" + commit
-	status := map[string]any{
-		"artifact": map[string]any{
-			"digest": a.Digest, "revision": a.Revision, "lastUpdateTime": now,
-			"path": file, "url": strings.TrimSuffix(p.o.URL, "/") + "/" + file,
-			"size":     int64(len(a.Data)),
-			"metadata": map[string]any{OriginRevision: origin},
-		},
-		"conditions": []any{map[string]any{
-			"type": "Ready", "status": "True", "reason": "Succeeded", "lastTransitionTime": now,
-			"observedGeneration": obj.GetGeneration(),
-			"message":            "stored artifact for revision '" + a.Revision + "' from " + origin,
-		}},
-	}
-	if err := unstructured.SetNestedMap(obj.Object, status, "status"); err != nil {
-		return false, err
-	}
-	if _, err := res.UpdateStatus(ctx, obj, metav1.UpdateOptions{}); err != nil {
-		return false, err
-	}
-	return true, nil
+	return obj, nil
 }
 
 // FromTemplate returns a Kustomization named name, in tmpl's namespace,

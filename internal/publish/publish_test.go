@@ -3,18 +3,22 @@ package publish
 import (
 	"bytes"
 	"context"
+	"errors"
 	"net/http"
 	"net/http/httptest"
 	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	dynfake "k8s.io/client-go/dynamic/fake"
+	k8stesting "k8s.io/client-go/testing"
 
 	"github.com/tenant-worker/tenant-worker/internal/artifact"
 	"github.com/tenant-worker/tenant-worker/internal/flux"
@@ -244,5 +248,137 @@ func TestPublishMakesAgainWhatWasDeleted(t *testing.T) {
 	publish(in) // and in again
 	if a, k := exist(); !a || !k {
 		t.Errorf("migrated back and in again: ExternalArtifact %v, Kustomization %v; want both made again", a, k)
+	}
+}
+
+// TestReplicasPublishInTheOrderOfTheirPushes: two replicas, A pushing C4
+// (a second tenant in the shard) on top of B's C3. Whatever order their
+// publishes come in, the ExternalArtifact ends at C4's folder: B's publish
+// of C3 after A's is refused (the branch is at C4), and one that read the
+// object before A wrote it, and found C3 still the head, is refused by the
+// object's resourceVersion. Either way B is told ErrSuperseded.
+func TestReplicasPublishInTheOrderOfTheirPushes(t *testing.T) {
+	ctx := context.Background()
+	l := gitops.Layout{Root: "root", Shards: 1, ShardKustomizations: true}
+	c3 := memtree.Tree{
+		l.LayoutFile(): string(l.LayoutContent()),
+		"root/tier-templates/premium_tenant_template.yaml": "kind: HelmRelease\n",
+		"root/tenants/premium/kustomization.yaml":          "resources:\n  - shard-00\n",
+		"root/tenants/premium/shard-00/kustomization.yaml": "resources:\n  - a.yaml\n",
+		"root/tenants/premium/shard-00/a.yaml":             "kind: ConfigMap\nmetadata:\n  name: a\n",
+	}
+	c4 := memtree.Tree{}
+	for k, v := range c3 {
+		c4[k] = v
+	}
+	c4["root/tenants/premium/shard-00/kustomization.yaml"] = "resources:\n  - a.yaml\n  - b.yaml\n"
+	c4["root/tenants/premium/shard-00/b.yaml"] = "kind: ConfigMap\nmetadata:\n  name: b\n"
+	want, err := artifact.Build(c4, "root/tenants/premium/shard-00")
+	if err != nil {
+		t.Fatal(err)
+	}
+	name := Name("premium", "shard-00")
+
+	for _, order := range []string{"B after A", "B read before A wrote"} {
+		t.Run(order, func(t *testing.T) {
+			dyn, conflicts := optimisticClient()
+			head := "c3"
+			replica := func() *Publisher {
+				p := New(Options{Layout: gitops.Layout{Root: "root"}, Namespace: "flux-system", Client: dyn, URL: "http://worker:8081", Branch: "main"})
+				p.CheckHeadWith(func(context.Context) (string, error) { return head, nil })
+				return p
+			}
+			a, b := replica(), replica()
+			if _, err := b.Publish(ctx, c3, "c3"); err != nil { // B pushed C3 and published it
+				t.Fatal(err)
+			}
+			// Then A pushes C4, a second tenant in the shard, and publishes
+			// it; B publishes C3 again (its periodic publish, after Forget).
+			pushA := func() {
+				head = "c4"
+				if _, err := a.Publish(ctx, c4, "c4"); err != nil {
+					t.Errorf("A publishes C4: %v", err)
+				}
+			}
+			interleaved := false
+			if order == "B after A" {
+				pushA()
+			} else {
+				// B reads the object (at C3's folder, so B must write: set
+				// it back to empty first), finds C3 still the head, and A
+				// pushes and publishes before B writes.
+				setRevision(t, dyn, name, "")
+				b.CheckHeadWith(func(context.Context) (string, error) {
+					was := head
+					if !interleaved {
+						interleaved = true
+						pushA()
+					}
+					return was, nil
+				})
+			}
+			b.Forget()
+			_, err := b.Publish(ctx, c3, "c3")
+			if !errors.Is(err, ErrSuperseded) {
+				t.Errorf("B's publish of C3 after A's push of C4: %v, want ErrSuperseded", err)
+			}
+			if order != "B after A" && (!interleaved || *conflicts != 1) {
+				t.Fatalf("planned fault did not happen: A pushed between B's read and write %v, conflicts %d, want 1", interleaved, *conflicts)
+			}
+			obj, err := dyn.Resource(flux.ExternalArtifacts).Namespace("flux-system").Get(ctx, name, metav1.GetOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if rev, _, _ := unstructured.NestedString(obj.Object, "status", "artifact", "revision"); rev != want.Revision {
+				t.Errorf("the ExternalArtifact is at %s, want C4's folder %s", rev, want.Revision)
+			}
+		})
+	}
+}
+
+// optimisticClient is a fake client whose writes to ExternalArtifacts
+// keep resourceVersions as the API server does: a write of an object read
+// before another write is refused with a conflict, counted.
+func optimisticClient() (*dynfake.FakeDynamicClient, *int) {
+	dyn := dynfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(),
+		map[schema.GroupVersionResource]string{flux.Kustomizations: "KustomizationList", flux.ExternalArtifacts: "ExternalArtifactList"})
+	version, conflicts := 0, 0
+	dyn.PrependReactor("*", "externalartifacts", func(action k8stesting.Action) (bool, runtime.Object, error) {
+		a, ok := action.(k8stesting.UpdateAction) // a create too: the same methods
+		if !ok || action.GetVerb() != "create" && action.GetVerb() != "update" {
+			return false, nil, nil
+		}
+		obj := a.GetObject().(*unstructured.Unstructured)
+		if action.GetVerb() == "update" {
+			now, err := dyn.Tracker().Get(flux.ExternalArtifacts, obj.GetNamespace(), obj.GetName())
+			if err != nil {
+				return true, nil, err
+			}
+			if now.(*unstructured.Unstructured).GetResourceVersion() != obj.GetResourceVersion() {
+				conflicts++
+				return true, nil, apierrors.NewConflict(flux.ExternalArtifacts.GroupResource(), obj.GetName(), errors.New("the object has been modified"))
+			}
+		}
+		version++
+		obj.SetResourceVersion(strconv.Itoa(version))
+		return false, nil, nil
+	})
+	return dyn, &conflicts
+}
+
+// setRevision sets an ExternalArtifact's published revision, as a write
+// of another replica would.
+func setRevision(t *testing.T, dyn *dynfake.FakeDynamicClient, name, rev string) {
+	t.Helper()
+	res := dyn.Resource(flux.ExternalArtifacts).Namespace("flux-system")
+	obj, err := res.Get(context.Background(), name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := unstructured.SetNestedField(obj.Object, rev, "status", "artifact", "revision"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := res.UpdateStatus(context.Background(), obj, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
 	}
 }
