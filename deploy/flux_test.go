@@ -1,44 +1,32 @@
 package deploy_test
 
 import (
+	"io/fs"
 	"os"
+	"path"
+	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 
 	"github.com/Masterminds/semver/v3"
 	helmv2 "github.com/fluxcd/helm-controller/api/v2"
 	sourcev1 "github.com/fluxcd/source-controller/api/v1"
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	"sigs.k8s.io/kustomize/api/krusty"
 	"sigs.k8s.io/kustomize/kyaml/filesys"
 	"sigs.k8s.io/yaml"
+
+	"github.com/tenant-worker/tenant-worker/deploy"
 )
 
 // TestFluxManifests builds deploy/flux with kustomize, decodes every object
 // strictly into the Flux API types, and renders the chart with the
 // HelmRelease's values after Flux's ${var} substitution.
 func TestFluxManifests(t *testing.T) {
-	k := krusty.MakeKustomizer(krusty.MakeDefaultOptions())
-	resmap, err := k.Run(filesys.MakeFsOnDisk(), "flux")
-	if err != nil {
-		t.Fatalf("kustomize build deploy/flux: %v", err)
-	}
-	out, err := resmap.AsYaml()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var (
-		release *helmv2.HelmRelease
-		repo    *sourcev1.HelmRepository
-		ns      *corev1.Namespace
-	)
-	decodeAll(t, splitManifests(t, "deploy/flux", out), map[string]any{
-		"HelmRelease": &release, "HelmRepository": &repo, "Namespace": &ns,
-	})
-	if release == nil || repo == nil || ns == nil {
-		t.Fatalf("deploy/flux must hold a Namespace, a HelmRepository and a HelmRelease:\n%s", out)
-	}
+	release, repo, ns := buildFlux(t, filesys.MakeFsOnDisk(), "flux")
 	if release.APIVersion != helmv2.GroupVersion.String() || repo.APIVersion != sourcev1.GroupVersion.String() {
 		t.Errorf("API versions %s, %s", release.APIVersion, repo.APIVersion)
 	}
@@ -66,8 +54,48 @@ func TestFluxManifests(t *testing.T) {
 		t.Errorf("HelmRepository %s %s", repo.Spec.Type, repo.Spec.URL)
 	}
 
-	// Flux's postBuild substitution fills ${var} from saas-infra-outputs;
-	// fill them with sample values and render the chart with the result.
+	r := render(t, c, substituted(t, release))
+	checkPod(t, r)
+	if r.serviceAccount.Annotations["eks.amazonaws.com/role-arn"] == "" {
+		t.Error("the HelmRelease does not give the worker its IRSA role")
+	}
+	if _, err := os.Stat("flux/kustomization.yaml"); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// buildFlux builds deploy/flux (at dir of fSys) with kustomize and decodes
+// every object strictly into the Flux API types: it must hold a Namespace,
+// a HelmRepository and a HelmRelease, and nothing else.
+func buildFlux(t *testing.T, fSys filesys.FileSystem, dir string) (*helmv2.HelmRelease, *sourcev1.HelmRepository, *corev1.Namespace) {
+	t.Helper()
+	resmap, err := krusty.MakeKustomizer(krusty.MakeDefaultOptions()).Run(fSys, dir)
+	if err != nil {
+		t.Fatalf("kustomize build %s: %v", dir, err)
+	}
+	out, err := resmap.AsYaml()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var (
+		release *helmv2.HelmRelease
+		repo    *sourcev1.HelmRepository
+		ns      *corev1.Namespace
+	)
+	decodeAll(t, splitManifests(t, dir, out), map[string]any{
+		"HelmRelease": &release, "HelmRepository": &repo, "Namespace": &ns,
+	})
+	if release == nil || repo == nil || ns == nil {
+		t.Fatalf("%s must hold a Namespace, a HelmRepository and a HelmRelease:\n%s", dir, out)
+	}
+	return release, repo, ns
+}
+
+// substituted is the HelmRelease's values after Flux's postBuild
+// substitution, which fills ${var} from saas-infra-outputs: here with
+// sample values.
+func substituted(t *testing.T, release *helmv2.HelmRelease) map[string]any {
+	t.Helper()
 	raw := regexp.MustCompile(`\$\{(\w+)\}`).ReplaceAllStringFunc(string(release.Spec.Values.Raw), func(v string) string {
 		return map[string]string{
 			"${tenant_worker_role_arn}": "arn:aws:iam::123456789012:role/tenant-worker",
@@ -78,13 +106,101 @@ func TestFluxManifests(t *testing.T) {
 	if err := yaml.Unmarshal([]byte(raw), &values); err != nil {
 		t.Fatal(err)
 	}
-	r := render(t, c, values)
-	checkPod(t, r)
-	if r.serviceAccount.Annotations["eks.amazonaws.com/role-arn"] == "" {
-		t.Error("the HelmRelease does not give the worker its IRSA role")
-	}
-	if _, err := os.Stat("flux/kustomization.yaml"); err != nil {
+	return values
+}
+
+// TestFluxShardKustomizationComponents: the two components deploy/flux
+// ships for shard folders with Kustomizations of their own do what their
+// comments say, used as they say. shard-kustomizations, a component of
+// deploy/flux, turns the worker's artifacts on: the chart rendered with
+// the HelmRelease's values serves them and grants the rules to publish.
+// kustomize-controller, a component of the folder Flux was bootstrapped
+// from, adds the flags the tests run kustomize-controller with to its
+// Deployment, keeping its own.
+func TestFluxShardKustomizationComponents(t *testing.T) {
+	fSys := filesys.MakeFsInMemory()
+	// deploy/flux as committed to control-plane/production/tenant-worker.
+	tw := "/repo/control-plane/production/tenant-worker"
+	err := filepath.WalkDir("flux", func(p string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			return err
+		}
+		b, err := os.ReadFile(p)
+		if err != nil {
+			return err
+		}
+		if p == filepath.Join("flux", "kustomization.yaml") {
+			b = append(b, "components:\n  - shard-kustomizations\n"...)
+		}
+		return fSys.WriteFile(path.Join(tw, strings.TrimPrefix(filepath.ToSlash(p), "flux/")), b)
+	})
+	if err != nil {
 		t.Fatal(err)
+	}
+	release, _, _ := buildFlux(t, fSys, tw)
+	r := render(t, loadChart(t), substituted(t, release))
+	if r.role == nil || r.configMap.Data["ARTIFACT_URL"] == "" || r.serviceAccount.Annotations["eks.amazonaws.com/role-arn"] == "" {
+		t.Errorf("with the component: artifacts Role %v, ARTIFACT_URL %q, IRSA role %q; want the artifacts on and the rest kept",
+			r.role != nil, r.configMap.Data["ARTIFACT_URL"], r.serviceAccount.Annotations["eks.amazonaws.com/role-arn"])
+	}
+
+	// The bootstrap folder, its kustomize-controller as flux install
+	// writes it (args abridged).
+	flux := "/repo/clusters/production/flux-system"
+	if err := fSys.WriteFile(path.Join(flux, "gotk-components.yaml"), []byte(`apiVersion: apps/v1
+kind: Deployment
+metadata:
+  name: kustomize-controller
+  namespace: flux-system
+spec:
+  selector:
+    matchLabels:
+      app: kustomize-controller
+  template:
+    metadata:
+      labels:
+        app: kustomize-controller
+    spec:
+      containers:
+        - name: manager
+          image: ghcr.io/fluxcd/kustomize-controller:v1.9.6
+          args:
+            - --events-addr=http://notification-controller.flux-system.svc.cluster.local./
+            - --watch-all-namespaces=true
+            - --log-level=info
+`)); err != nil {
+		t.Fatal(err)
+	}
+	if err := fSys.WriteFile(path.Join(flux, "kustomization.yaml"), []byte(`apiVersion: kustomize.config.k8s.io/v1beta1
+kind: Kustomization
+resources:
+  - gotk-components.yaml
+components:
+  - ../../../control-plane/production/tenant-worker/kustomize-controller
+`)); err != nil {
+		t.Fatal(err)
+	}
+	resmap, err := krusty.MakeKustomizer(krusty.MakeDefaultOptions()).Run(fSys, flux)
+	if err != nil {
+		t.Fatalf("kustomize build of the bootstrap folder with the component: %v", err)
+	}
+	out, err := resmap.AsYaml()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var d *appsv1.Deployment
+	decodeAll(t, splitManifests(t, "flux-system with kustomize-controller", out), map[string]any{"Deployment": &d})
+	if d == nil {
+		t.Fatalf("no Deployment:\n%s", out)
+	}
+	flags, err := deploy.KustomizeControllerFlags()
+	if err != nil {
+		t.Fatal(err)
+	}
+	args := d.Spec.Template.Spec.Containers[0].Args
+	want := append([]string{"--events-addr=http://notification-controller.flux-system.svc.cluster.local./", "--watch-all-namespaces=true", "--log-level=info"}, flags...)
+	if !slices.Equal(args, want) || !slices.Contains(flags, "--feature-gates=ExternalArtifact=true") {
+		t.Errorf("kustomize-controller's args %q, want %q with the ExternalArtifact feature gate", args, want)
 	}
 }
 

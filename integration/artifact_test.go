@@ -14,6 +14,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
+	"github.com/tenant-worker/tenant-worker/deploy"
 	"github.com/tenant-worker/tenant-worker/internal/config"
 	"github.com/tenant-worker/tenant-worker/internal/flux"
 	"github.com/tenant-worker/tenant-worker/internal/gitops"
@@ -35,7 +36,7 @@ import (
 func TestShardArtifactsOnARealControlPlane(t *testing.T) {
 	ctx := context.Background()
 	cp := startControlPlane(t, controlplane.Options{Flux: true,
-		KustomizeFlags: []string{"--feature-gates=ExternalArtifact=true"}})
+		KustomizeFlags: shardFlags(t)})
 
 	// The branch: premium tenants in 2 shard folders.
 	srv, err := gitserver.Start(t.TempDir(), "127.0.0.1:0", "tok")
@@ -191,7 +192,7 @@ func TestWorkerPublishesShardArtifacts(t *testing.T) {
 	if err := h.httpBackend().WriteFile(repoName, "main", l.LayoutFile(), string(l.LayoutContent()), "shard folders with Kustomizations of their own"); err != nil {
 		t.Fatal(err)
 	}
-	c := startCluster(t, h, "--feature-gates=ExternalArtifact=true")
+	c := startCluster(t, h, shardFlags(t)...)
 	cp := c.ControlPlane
 	// The worker runs as the chart's ServiceAccount with the artifacts
 	// rules alone (readiness off): what they do not grant fails this test.
@@ -270,7 +271,7 @@ func TestReadinessWithShardKustomizations(t *testing.T) {
 		t.Fatal(err)
 	}
 	resultsURL := h.withResults()
-	c := startCluster(t, h, "--feature-gates=ExternalArtifact=true")
+	c := startCluster(t, h, shardFlags(t)...)
 	kubeconfig := c.chartIdentity(t, map[string]any{"artifacts": map[string]any{"enabled": true}})
 	h.tune = chain(chain(h.tune, publishing(t)), func(o *config.Options) {
 		o.Kubeconfig, o.ReadyTimeout = kubeconfig, 2*time.Minute
@@ -304,4 +305,15 @@ func publishing(t *testing.T) func(*config.Options) {
 	addr := ln.Addr().String()
 	ln.Close()
 	return func(o *config.Options) { o.ArtifactAddr, o.ArtifactURL = addr, "http://"+addr }
+}
+
+// shardFlags are the kustomize-controller flags deploy/flux ships for
+// shard folders with Kustomizations of their own.
+func shardFlags(t *testing.T) []string {
+	t.Helper()
+	flags, err := deploy.KustomizeControllerFlags()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return flags
 }

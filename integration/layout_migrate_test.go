@@ -4,10 +4,12 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"testing/fstest"
 	"time"
@@ -22,6 +24,7 @@ import (
 	"github.com/tenant-worker/tenant-worker/internal/config"
 	"github.com/tenant-worker/tenant-worker/internal/flux"
 	"github.com/tenant-worker/tenant-worker/internal/gitops"
+	"github.com/tenant-worker/tenant-worker/internal/publish"
 	"github.com/tenant-worker/tenant-worker/internal/testenv/controlplane"
 	"github.com/tenant-worker/tenant-worker/internal/testenv/gitserver"
 	"github.com/tenant-worker/tenant-worker/templates"
@@ -226,7 +229,7 @@ func TestHandoverToShardKustomizationsKeepsEveryTenant(t *testing.T) {
 	}
 
 	cp := startControlPlane(t, controlplane.Options{ControllerManager: true, Flux: true,
-		KustomizeFlags: []string{"--feature-gates=ExternalArtifact=true"}})
+		KustomizeFlags: shardFlags(t)})
 	var releases, spaces deletions
 	releases.added, spaces.added = map[string]bool{}, map[string]bool{}
 	releases.watch(t, cp, flux.HelmReleases, controlplane.Namespace)
@@ -281,12 +284,11 @@ func TestHandoverToShardKustomizationsKeepsEveryTenant(t *testing.T) {
 		t.Fatal(err)
 	}
 	env := map[string]string{"GIT_REPO_URL": h.git.RepoURL(repoName), "GIT_TOKEN_FILE": tokenFile, "KUBECONFIG": cp.Kubeconfig}
-	var out, errOut bytes.Buffer
-	if code := cli.Main([]string{"layout", "migrate", "--shard-kustomizations"}, &out, &errOut, func(k string) string { return env[k] }); code != 0 {
-		t.Fatalf("layout migrate --shard-kustomizations: exit %d\n%s%s\nworker log:\n%s", code, out.String(), errOut.String(), tail(h.logs.String(), 3000))
-	}
-	if !strings.Contains(out.String(), "handed over: 4 shard Kustomizations") {
-		t.Errorf("the handover says:\n%s", out.String())
+	// Migrated while dataplane-tenants applies every tenant: suspending
+	// it does not stop that apply.
+	out := migrateDuringApply(t, h, cp, "dataplane-tenants", env, "--shard-kustomizations")
+	if !strings.Contains(out, "handed over: 4 shard Kustomizations") {
+		t.Errorf("the handover says:\n%s", out)
 	}
 
 	after := map[string]string{}
@@ -331,11 +333,8 @@ func TestHandoverToShardKustomizationsKeepsEveryTenant(t *testing.T) {
 
 	// And back: the tenants Kustomization takes them over again, the shard
 	// Kustomizations go, and still nothing is deleted.
-	out.Reset()
-	errOut.Reset()
-	if code := cli.Main([]string{"layout", "migrate", "--no-shard-kustomizations"}, &out, &errOut, func(k string) string { return env[k] }); code != 0 {
-		t.Fatalf("layout migrate --no-shard-kustomizations: exit %d\n%s%s", code, out.String(), errOut.String())
-	}
+	// Handed back while a shard's Kustomization applies its tenants.
+	migrateDuringApply(t, h, cp, publish.Name("premium", "shard-00"), env, "--no-shard-kustomizations")
 	back := uids(t, cp, "mig-")
 	for name, uid := range before {
 		if back[name] != uid {
@@ -366,6 +365,68 @@ func TestHandoverToShardKustomizationsKeepsEveryTenant(t *testing.T) {
 	if held != tenants+1 {
 		t.Errorf("dataplane-tenants holds %d tenants' HelmReleases after handing back, want %d", held, tenants+1)
 	}
+}
+
+// migrateDuringApply runs layout migrate with args while Kustomization k
+// has an apply in flight: a reconcile of k is requested and held at its
+// first write of a tenant's HelmRelease (a hook of the API server), the
+// migration starts, and the hold ends once the migration says it waits for
+// that apply, or once it pushes anyway, which fails the test: an apply
+// that goes on after the push can take back tenants the migration gave
+// away, and prune them later. It returns what the migration printed.
+func migrateDuringApply(t *testing.T, h *harness, cp *controlplane.ControlPlane, k string, env map[string]string, args ...string) string {
+	t.Helper()
+	ctx := context.Background()
+	hold := holdApply(t, cp, k)
+	if _, err := cp.Dynamic.Resource(flux.Kustomizations).Namespace(controlplane.Namespace).Patch(ctx, k, types.MergePatchType,
+		[]byte(`{"metadata":{"annotations":{"`+flux.RequestedAtAnnotation+`":"`+time.Now().UTC().Format(time.RFC3339Nano)+`"}}}`), metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-hold.held:
+	case <-time.After(3 * time.Minute):
+		t.Fatalf("planned fault did not happen: %s applied no HelmRelease within 3 minutes of a reconcile request", k)
+	}
+	var pushedWhileHeld atomic.Bool
+	h.git.SetHook(func(w http.ResponseWriter, r *http.Request) bool {
+		if r.Method == http.MethodPost && strings.HasSuffix(r.URL.Path, "/git-receive-pack") {
+			select {
+			case <-hold.release:
+			default:
+				pushedWhileHeld.Store(true)
+				hold.free()
+			}
+		}
+		return true
+	})
+	defer h.git.SetHook(nil)
+	var out, errOut syncBuffer
+	done := make(chan int, 1)
+	go func() {
+		done <- cli.Main(append([]string{"layout", "migrate"}, args...), &out, &errOut, func(name string) string { return env[name] })
+	}()
+	var code int
+	for waiting := true; waiting; {
+		select {
+		case code = <-done:
+			waiting = false
+		case <-hold.expired:
+			hold.free()
+			t.Errorf("planned fault did not last: the hold of %s's apply ended after %s, before the migration said it waits for it or pushed", k, holdWindow)
+		case <-time.After(100 * time.Millisecond):
+			if strings.Contains(out.String(), "to end the apply in flight") {
+				hold.free()
+			}
+		}
+	}
+	hold.free()
+	if code != 0 {
+		t.Fatalf("layout migrate %s: exit %d\n%s%s\nworker log:\n%s", strings.Join(args, " "), code, out.String(), errOut.String(), tail(h.logs.String(), 3000))
+	}
+	if pushedWhileHeld.Load() {
+		t.Errorf("layout migrate %s pushed while %s had an apply in flight:\n%s", strings.Join(args, " "), k, out.String())
+	}
+	return out.String()
 }
 
 // uids maps the names of the HelmReleases starting with prefix to their uids.

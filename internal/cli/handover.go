@@ -85,6 +85,11 @@ func handover(ctx context.Context, opts config.Options, repo *gitrepo.Repo, base
 			return fail(err)
 		}
 		fmt.Fprintf(stdout, "%s has shard folders with Kustomizations of their own since %s: handing over\n", repo.Branch(), commit)
+		// The run that pushed it may have stopped before the tenants
+		// Kustomization's apply in flight ended.
+		if err := h.quiesce(ctx, []string{tenantsK}, timeout, stdout); err != nil {
+			return fail(err)
+		}
 	case dryRun:
 		msg, err := migrateOnce(ctx, repo, base, withShardKustomizations(true), true, line)
 		if err != nil {
@@ -95,13 +100,14 @@ func handover(ctx context.Context, opts config.Options, repo *gitrepo.Repo, base
 		return 0
 	default:
 		line.Show("suspending %s", tenantsK)
-		if err := h.suspend(ctx, tenantsK, true); err != nil {
-			return fail(err)
+		err := h.quiesce(ctx, []string{tenantsK}, timeout, stdout)
+		var msg string
+		if err == nil {
+			msg, err = migrate(ctx, repo, base, withShardKustomizations(true), false, line, stderr)
 		}
-		msg, err := migrate(ctx, repo, base, withShardKustomizations(true), false, line, stderr)
 		if err != nil {
 			// Nothing pushed: the tenants Kustomization applies as before.
-			if rerr := h.suspend(context.WithoutCancel(ctx), tenantsK, false); rerr != nil {
+			if _, rerr := h.suspend(context.WithoutCancel(ctx), tenantsK, false); rerr != nil {
 				err = fmt.Errorf("%w (and resuming %s failed: %v; resume it by hand)", err, tenantsK, rerr)
 			}
 			return fail(err)
@@ -147,7 +153,7 @@ func handover(ctx context.Context, opts config.Options, repo *gitrepo.Repo, base
 		return fail(fmt.Errorf("%w; %s stays suspended, which deletes nothing: run this again", err, tenantsK))
 	}
 	line.Show("resuming %s", tenantsK)
-	if err := h.suspend(ctx, tenantsK, false); err != nil {
+	if _, err := h.suspend(ctx, tenantsK, false); err != nil {
 		return fail(err)
 	}
 	line.Show("waiting for %s to apply %s", tenantsK, short(commit))
@@ -181,22 +187,69 @@ func (h *handing) kustomization(ctx context.Context, name string) (*unstructured
 	return h.dyn.Resource(flux.Kustomizations).Namespace(h.ns).Get(ctx, name, metav1.GetOptions{})
 }
 
-// suspend sets a Kustomization's spec.suspend, and asks it to reconcile
-// when it resumes.
-func (h *handing) suspend(ctx context.Context, name string, on bool) error {
-	patch := map[string]any{"spec": map[string]any{"suspend": on}}
-	if !on {
-		patch["metadata"] = map[string]any{"annotations": map[string]string{flux.RequestedAtAnnotation: time.Now().UTC().Format(time.RFC3339Nano)}}
+// suspend sets a Kustomization's spec.suspend and asks it to reconcile:
+// resumed, it applies at once; suspended, the reconcile does nothing but
+// record the request. It returns the request's token.
+func (h *handing) suspend(ctx context.Context, name string, on bool) (string, error) {
+	token := time.Now().UTC().Format(time.RFC3339Nano)
+	patch := map[string]any{
+		"spec":     map[string]any{"suspend": on},
+		"metadata": map[string]any{"annotations": map[string]string{flux.RequestedAtAnnotation: token}},
 	}
 	b, err := json.Marshal(patch)
 	if err != nil {
-		return err
+		return "", err
 	}
 	if _, err := h.dyn.Resource(flux.Kustomizations).Namespace(h.ns).Patch(ctx, name, types.MergePatchType, b,
 		metav1.PatchOptions{FieldManager: "tenant-worker-layout"}); err != nil {
-		return fmt.Errorf("set %s's suspend to %v: %w", name, on, err)
+		return "", fmt.Errorf("set %s's suspend to %v: %w", name, on, err)
 	}
-	return nil
+	return token, nil
+}
+
+// quiesce suspends the Kustomizations names and waits until none has an
+// apply in flight. Suspending stops no apply that has begun: one of the
+// tenants folder at 2,000 tenants takes minutes, and objects it applies
+// after a shard's Kustomization took them are its own again, pruned when
+// it resumes. kustomize-controller reconciles one object at a time, and a
+// suspended one's reconcile records the request it saw
+// (status.lastHandledReconcileAt) and applies nothing: once that is the
+// token of the suspend, the apply in flight, if any, has ended.
+func (h *handing) quiesce(ctx context.Context, names []string, timeout time.Duration, stdout io.Writer) error {
+	tokens := make(map[string]string, len(names))
+	for _, name := range names {
+		token, err := h.suspend(ctx, name, true)
+		if err != nil {
+			return err
+		}
+		tokens[name] = token
+	}
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	busy := names
+	for polls := 0; ; polls++ {
+		list, err := h.dyn.Resource(flux.Kustomizations).Namespace(h.ns).List(ctx, metav1.ListOptions{})
+		if err == nil {
+			handled := make(map[string]string, len(list.Items))
+			for _, k := range list.Items {
+				handled[k.GetName()], _, _ = unstructured.NestedString(k.Object, "status", "lastHandledReconcileAt")
+			}
+			busy = slices.DeleteFunc(slices.Clone(names), func(name string) bool { return handled[name] == tokens[name] })
+			if len(busy) == 0 {
+				return nil
+			}
+		}
+		if polls == 1 { // not the usual moment a suspend takes to be seen
+			fmt.Fprintf(stdout, "waiting for %s to end the apply in flight before anything moves\n", strings.Join(busy, ", "))
+		}
+		h.line.Show("waiting for %d suspended Kustomizations to end their applies in flight", len(busy))
+		if wait.Sleep(ctx, time.Second) != nil {
+			if err != nil {
+				return fmt.Errorf("list Kustomizations: %w", err)
+			}
+			return fmt.Errorf("%s suspended but did not end the apply in flight within %s: is kustomize-controller running?", strings.Join(busy, ", "), timeout)
+		}
+	}
 }
 
 // fetch asks the GitRepository to fetch now, not at its interval.
@@ -331,11 +384,9 @@ func (h *handing) back(ctx context.Context, repo *gitrepo.Repo, base, l gitops.L
 	}
 	// Suspended, a shard Kustomization applies nothing more and, deleted,
 	// deletes nothing of what it applied.
-	for _, name := range shardKs {
-		h.line.Show("suspending %s", name)
-		if err := h.suspend(ctx, name, true); err != nil {
-			return err
-		}
+	h.line.Show("suspending %d shard Kustomizations", len(shardKs))
+	if err := h.quiesce(ctx, shardKs, timeout, stdout); err != nil {
+		return fmt.Errorf("%w (nothing was pushed: run this again)", err)
 	}
 	commit := repo.Head()
 	if l.ShardKustomizations {
@@ -356,7 +407,7 @@ func (h *handing) back(ctx context.Context, repo *gitrepo.Repo, base, l gitops.L
 		return fmt.Errorf("%w; the shard Kustomizations stay suspended, which deletes nothing: run this again", err)
 	}
 	h.line.Show("waiting for %s to apply %s", tenantsK, short(commit))
-	if err := h.suspend(ctx, tenantsK, false); err != nil { // asks it to apply now
+	if _, err := h.suspend(ctx, tenantsK, false); err != nil { // asks it to apply now
 		return err
 	}
 	if err := h.applied(ctx, tenantsK, commit, "lastAppliedRevision", timeout); err != nil {
@@ -367,10 +418,8 @@ func (h *handing) back(ctx context.Context, repo *gitrepo.Repo, base, l gitops.L
 	if shardKs, err = h.shardKustomizations(ctx); err != nil {
 		return err
 	}
-	for _, name := range shardKs {
-		if err := h.suspend(ctx, name, true); err != nil {
-			return err
-		}
+	if err := h.quiesce(ctx, shardKs, timeout, stdout); err != nil {
+		return err
 	}
 	for _, name := range shardKs {
 		h.line.Show("deleting %s", name)

@@ -21,6 +21,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
+	"github.com/tenant-worker/tenant-worker/deploy"
 	"github.com/tenant-worker/tenant-worker/internal/config"
 	"github.com/tenant-worker/tenant-worker/internal/flux"
 	"github.com/tenant-worker/tenant-worker/internal/gitops"
@@ -214,7 +215,11 @@ func liveSize(ctx context.Context, o LiveOptions, n int, layout string, progress
 	flags := o.KustomizeFlags
 	switch layout {
 	case LayoutArtifacts:
-		flags = append(slices.Clone(flags), "--feature-gates=ExternalArtifact=true")
+		shipped, err := deploy.KustomizeControllerFlags()
+		if err != nil {
+			return res, err
+		}
+		flags = append(slices.Clone(flags), shipped...)
 	case LayoutOneTuned:
 		flags = append(slices.Clone(flags), TunedKustomizeFlags...)
 		res.KustomizeFlags = flags
