@@ -47,7 +47,7 @@ func run() int {
 	ledgerGiteaLastCommit := flag.Bool("ledger-gitea-last-commit-cache", true, "leave Gitea's last-commit cache on (its default), which walks a branch's history on every push once it has 1,000 commits; false sets [cache.last_commit] COMMITS_COUNT out of reach")
 	ledgerGiteaLanguageStats := flag.Bool("ledger-gitea-language-stats", true, "leave Gitea's language statistics on (its default), which list the default branch's whole tree after every push that moves it; false gives their queue the dummy type")
 	ledgerRevisions := flag.Int("ledger-revisions", 1000, "messages, half of them no-ops, whose new main revisions are counted, per server; 0 skips it")
-	liveLayouts := flag.String("live-layouts", "one", "layouts of the time to live, comma-separated, each on a control plane of its own: one (the platform's tenants Kustomization), one-tuned (the same with kustomize-controller tuned: "+strings.Join(bench.TunedKustomizeFlags, " ")+"), tiers (a Kustomization per tier folder), shards (a Kustomization per shard folder, of the GitRepository), artifacts (a Kustomization per shard folder, from the worker's ExternalArtifact)")
+	liveLayouts := flag.String("live-layouts", "one,artifacts", "layouts of the time to live, comma-separated, each on a control plane of its own: one (the platform's tenants Kustomization), one-tuned (the same with kustomize-controller tuned: "+strings.Join(bench.TunedKustomizeFlags, " ")+"), tiers (a Kustomization per tier folder), shards (a Kustomization per shard folder, of the GitRepository), artifacts (a Kustomization per shard folder, from the worker's ExternalArtifact); with one and artifacts, issue 21's targets are checked and a missed one fails the run")
 	liveShards := flag.Int("live-shards", 16, "shard folders per tier of the shards and artifacts layouts")
 	liveReleaseInterval := flag.String("live-release-interval", "", "the tenants' HelmRelease interval for the time to live, e.g. 10m (the tier templates' 1m0s when empty)")
 	liveShardInterval := flag.String("live-shard-interval", "", "interval of the Kustomizations of the tiers, shards and artifacts layouts, e.g. 10m (when empty: the tenants Kustomization's, 1m, for tiers and shards; the worker's ARTIFACT_INTERVAL default for artifacts); the timeout and retry interval stay the tenants Kustomization's")
@@ -123,6 +123,12 @@ func run() int {
 		liveResults, err = bench.RunLive(context.Background(), lo, os.Stderr)
 		fmt.Println()
 		fmt.Print(bench.LiveTable(liveResults))
+		report, terr := bench.CheckLayoutTargets(liveResults)
+		fmt.Println()
+		fmt.Print(report)
+		if err == nil {
+			err = terr
+		}
 	}
 	if name, werr := bench.WriteJSON(*out, results, giteaResults, liveResults, ledgerResult); werr == nil {
 		fmt.Println("results written to", name)

@@ -1,0 +1,52 @@
+package bench
+
+import (
+	"strings"
+	"testing"
+)
+
+// TestCheckLayoutTargets: each target is met or missed by its own numbers,
+// a size not run is not measured (never met), and a sample that timed out
+// misses the targets of its size.
+func TestCheckLayoutTargets(t *testing.T) {
+	row := func(n int, layout string, p50, p95 float64) LiveResult {
+		return LiveResult{Tenants: n, Layout: layout, Request: Stats{N: 5, P50: p50, P95: p95}}
+	}
+	for _, tc := range []struct {
+		name    string
+		results []LiveResult
+		missed  []string // substrings of the error; none: no error
+		report  []string
+	}{
+		{"all met", []LiveResult{row(500, LayoutOne, 40000, 60000), row(500, LayoutArtifacts, 3500, 5000),
+			row(2000, LayoutOne, 197000, 375000), row(2000, LayoutArtifacts, 3700, 5000)}, nil,
+			[]string{"one        p50 11.4x", "53.2x faster than one (>= 10x)", "met"}},
+		{"p95 over 2x p50 at 500", []LiveResult{row(500, LayoutArtifacts, 3500, 23900)}, []string{"500 tenants: p95 23.9 s"},
+			[]string{"2000 tenants: not measured"}},
+		{"p50 over 10 s, and not 10x, at 2,000", []LiveResult{row(2000, LayoutOne, 100000, 150000), row(2000, LayoutArtifacts, 11000, 12000)},
+			[]string{"p50 11.0 s <= 10s", "9.1x faster than one"}, nil},
+		{"no row of today's layout", []LiveResult{row(2000, LayoutArtifacts, 3000, 4000)}, nil,
+			[]string{"10x faster than one: not measured"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			report, err := CheckLayoutTargets(tc.results)
+			if len(tc.missed) == 0 && err != nil {
+				t.Errorf("error %v\n%s", err, report)
+			}
+			for _, m := range tc.missed {
+				if err == nil || !strings.Contains(err.Error(), m) {
+					t.Errorf("error %v, want it to name %q\n%s", err, m, report)
+				}
+			}
+			for _, s := range tc.report {
+				if !strings.Contains(report, s) {
+					t.Errorf("report lacks %q:\n%s", s, report)
+				}
+			}
+		})
+	}
+	timedOut := LiveResult{Tenants: 500, Layout: LayoutArtifacts, Request: Stats{N: 3, P50: 3000, P95: 4000}, TimedOut: &TimedOut{Sample: 4}}
+	if _, err := CheckLayoutTargets([]LiveResult{timedOut}); err == nil || !strings.Contains(err.Error(), "sample 4") {
+		t.Errorf("a timed-out sample: %v, want the target missed", err)
+	}
+}
