@@ -9,6 +9,8 @@ import (
 	"net/http/httptest"
 	"net/http/httputil"
 	"net/url"
+	"os"
+	"path/filepath"
 	"regexp"
 	"slices"
 	"strings"
@@ -520,4 +522,60 @@ func inHandAt(addr string) []string {
 		ids = append(ids, r.MessageID)
 	}
 	return ids
+}
+
+// dump reports a stall: every running worker dumps its goroutines
+// (SIGQUIT; the Go runtime writes them to the log and exits), the
+// warnings and errors of the run are counted by message, the goroutines
+// in this module's code are logged, and the whole log is written to a
+// file whose path is logged.
+func (c *chaos) dump() {
+	t := c.h.t
+	c.mu.Lock()
+	running := make([]*process, 0, len(c.procs))
+	for _, p := range c.procs {
+		running = append(running, p)
+	}
+	c.mu.Unlock()
+	mark := len(c.logs.String())
+	for _, p := range running {
+		_ = p.cmd.Process.Signal(syscall.SIGQUIT)
+	}
+	for _, p := range running {
+		select {
+		case err := <-p.done:
+			p.done <- err // for the cleanup that waits for it too
+		case <-time.After(5 * time.Second):
+		}
+	}
+	all := c.logs.String()
+	counts := map[string]int{}
+	for _, level := range []string{"warn", "error"} {
+		for _, l := range c.logs.lines("level", level) {
+			counts[fmt.Sprintf("%s: %v: %.120v", level, l["message"], l["error"])]++
+		}
+	}
+	keys := make([]string, 0, len(counts))
+	for k := range counts {
+		keys = append(keys, k)
+	}
+	slices.SortFunc(keys, func(a, b string) int { return counts[b] - counts[a] })
+	var b strings.Builder
+	for _, k := range keys[:min(len(keys), 20)] {
+		fmt.Fprintf(&b, "%6d  %s\n", counts[k], k)
+	}
+	t.Logf("stall: %d workers running, state %s; warnings and errors by count:\n%s", len(running), c.report(), b.String())
+	// The goroutines in this module's code, each with its header line.
+	var g strings.Builder
+	for _, block := range strings.Split(all[mark:], "\n\n") {
+		if strings.Contains(block, "tenant-worker/internal/") && g.Len() < 12000 {
+			g.WriteString(block)
+			g.WriteString("\n\n")
+		}
+	}
+	t.Logf("stall: goroutines of the workers (SIGQUIT):\n%s", g.String())
+	path := filepath.Join(os.TempDir(), fmt.Sprintf("tenant-worker-fault-%d.log", time.Now().Unix()))
+	if err := os.WriteFile(path, []byte(all), 0o644); err == nil {
+		t.Logf("stall: the whole log of the run is in %s", path)
+	}
 }

@@ -145,6 +145,9 @@ type harness struct {
 	tune func(*config.Options)
 	// cliEnv is added to the environment of every cli call.
 	cliEnv []string
+	// onStall, if set, reports what the workers were doing when a wait
+	// for their outcomes timed out.
+	onStall func()
 }
 
 const repoName = "gitops.git"

@@ -6,6 +6,7 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"os"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"syscall"
@@ -83,6 +84,7 @@ func TestFaultRun(t *testing.T) {
 		t.Cleanup(func() { _ = os.WriteFile(path, []byte(logs.String()), 0o644) })
 	}
 	c := newChaos(h, logs, env)
+	h.onStall = c.dump
 	h.git.SetHook(c.hook)
 	c.start()
 
@@ -271,9 +273,14 @@ func (h *harness) waitAccounted(want map[string]string, logs *syncBuffer, timeou
 	h.t.Helper()
 	var counts map[string]int
 	lastMissing := 0
+	var missingIDs []string
 	defer func() {
 		if h.t.Failed() {
-			h.t.Logf("%d of %d messages were not accounted for", lastMissing, len(want))
+			slices.Sort(missingIDs)
+			h.t.Logf("%d of %d messages were not accounted for, such as %v", lastMissing, len(want), missingIDs[:min(len(missingIDs), 10)])
+			if h.onStall != nil {
+				h.onStall()
+			}
 		}
 	}()
 	h.waitFor("every message accounted for", timeout, func() bool {
@@ -306,9 +313,11 @@ func (h *harness) waitAccounted(want map[string]string, logs *syncBuffer, timeou
 		}
 		counts = map[string]int{"redelivered": redelivered}
 		missing := 0
+		missingIDs = missingIDs[:0]
 		for id := range want {
 			if seen[id] == "" {
 				missing++
+				missingIDs = append(missingIDs, id)
 			}
 		}
 		if missing > 0 {

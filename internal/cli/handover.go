@@ -386,7 +386,16 @@ func (h *handing) back(ctx context.Context, repo *gitrepo.Repo, base, l gitops.L
 	// deletes nothing of what it applied.
 	h.line.Show("suspending %d shard Kustomizations", len(shardKs))
 	if err := h.quiesce(ctx, shardKs, timeout, stdout); err != nil {
-		return fmt.Errorf("%w (nothing was pushed: run this again)", err)
+		if !l.ShardKustomizations {
+			return fmt.Errorf("%w (the branch was handed back already; the shard Kustomizations stay suspended, which deletes nothing: run this again)", err)
+		}
+		// Nothing pushed: the shard Kustomizations still apply the tenants.
+		for _, name := range shardKs {
+			if _, rerr := h.suspend(context.WithoutCancel(ctx), name, false); rerr != nil {
+				err = fmt.Errorf("%w (and resuming %s failed: %v; resume it by hand)", err, name, rerr)
+			}
+		}
+		return fmt.Errorf("%w (nothing was pushed and the shard Kustomizations were resumed: run this again)", err)
 	}
 	commit := repo.Head()
 	if l.ShardKustomizations {
