@@ -92,7 +92,7 @@ func TestShardArtifactsOnARealControlPlane(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		folders, err := pub.Publish(ctx, snap, repo.Head().String())
+		folders, err := pub.Publish(ctx, snap, repo.Head().String(), nil)
 		if err != nil {
 			t.Fatal(err)
 		}

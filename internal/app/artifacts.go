@@ -95,12 +95,18 @@ func servePublisher(ctx context.Context, o wconfig.Options, ln net.Listener, pub
 			}
 			pub.Forget() // read every object again: one deleted or written elsewhere is made right
 		}
-		err := p.Read(ctx, func(r gitops.Reader) error {
+		err := p.ReadPushed(ctx, func(r, from gitops.Reader) error {
 			snap, ok := r.(*gitrepo.Snapshot)
 			if !ok {
 				return errors.New("the branch is not a git snapshot")
 			}
-			folders, err := pub.Publish(ctx, snap, snap.Commit.String())
+			// The commit this replica's push started from: the folders
+			// the push changed are written even if they look published.
+			var base publish.Source
+			if b, ok := from.(*gitrepo.Snapshot); ok {
+				base = b
+			}
+			folders, err := pub.Publish(ctx, snap, snap.Commit.String(), base)
 			for _, f := range folders {
 				if f.Changed {
 					log.Info().Str("external_artifact", f.Name).Str("revision", f.Revision).Str("commit", snap.Commit.String()).Msg("shard folder published")

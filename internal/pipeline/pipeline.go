@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"sync"
 	"time"
 
 	"github.com/go-git/go-git/v5/plumbing"
@@ -127,7 +128,16 @@ type Pipeline struct {
 	intent  *intent.Checker
 	observe Observer
 	lock    chan struct{}
+
+	pushMu sync.Mutex
+	// pushedFrom maps the tips of this pipeline's last pushes to the
+	// commits the branch was at before them.
+	pushedFrom map[plumbing.Hash]plumbing.Hash
+	pushOrder  []plumbing.Hash
 }
+
+// keptPushes bounds pushedFrom.
+const keptPushes = 16
 
 // New builds a pipeline.
 func New(repo Repository, opts Options) *Pipeline {
@@ -222,6 +232,47 @@ func (p *Pipeline) readAt(ctx context.Context, commit plumbing.Hash, fetch bool,
 		return fmt.Errorf("open %s: %w", commit, err)
 	}
 	return fn(snap)
+}
+
+// notePush records that this pipeline moved the branch from base to tip.
+func (p *Pipeline) notePush(base, tip plumbing.Hash) {
+	if base == tip {
+		return // only the ledger moved: tip's own push is still the one that made it
+	}
+	p.pushMu.Lock()
+	defer p.pushMu.Unlock()
+	if p.pushedFrom == nil {
+		p.pushedFrom = map[plumbing.Hash]plumbing.Hash{}
+	}
+	p.pushedFrom[tip] = base
+	p.pushOrder = append(p.pushOrder, tip)
+	for len(p.pushOrder) > keptPushes {
+		delete(p.pushedFrom, p.pushOrder[0])
+		p.pushOrder = p.pushOrder[1:]
+	}
+}
+
+// ReadPushed calls fn with the branch as last seen and, when this
+// pipeline's push made it, the commit the branch was at before that push
+// (nil otherwise), under the repository lock: what the push changed is
+// the difference.
+func (p *Pipeline) ReadPushed(ctx context.Context, fn func(head, base gitops.Reader) error) error {
+	return p.locked(ctx, func() error {
+		head := p.repo.Head()
+		p.pushMu.Lock()
+		from, pushed := p.pushedFrom[head]
+		p.pushMu.Unlock()
+		return p.readAt(ctx, head, false, func(r gitops.Reader) error {
+			if !pushed || from.IsZero() {
+				return fn(r, nil)
+			}
+			base, err := p.repo.Snapshot(from)
+			if err != nil {
+				return fn(r, nil)
+			}
+			return fn(r, base)
+		})
+	})
 }
 
 // locked runs fn holding the repository lock.

@@ -568,3 +568,52 @@ func (r *probeEdits) Commit(parent plumbing.Hash, files map[string][]byte, msg s
 	r.edit(files)
 	return r.Repository.Commit(parent, files, msg)
 }
+
+// TestReadPushedGivesThePushsBase: after a push of this pipeline the
+// branch is read with the commit the push started from; after another
+// writer's commit, fetched, with none.
+func TestReadPushedGivesThePushsBase(t *testing.T) {
+	e := setup(t)
+	ctx := context.Background()
+	before, err := e.srv.Output("gitops.git", "rev-parse", "main")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := apply(t, e, message.Onboarding, onboard1); err != nil {
+		t.Fatal(err)
+	}
+	file := templates.Root + "/tenants/premium/tenant-1.yaml"
+	err = e.p.ReadPushed(ctx, func(head, base gitops.Reader) error {
+		if base == nil {
+			t.Fatal("after this pipeline's push: no base")
+		}
+		if b, ok := base.(*gitrepo.Snapshot); !ok || b.Commit.String() != strings.TrimSpace(before) {
+			t.Errorf("base %v, want the commit before the push, %s", base, before)
+		}
+		if _, err := base.ReadFile(file); err == nil {
+			t.Error("the base has the pushed tenant's file")
+		}
+		if _, err := head.ReadFile(file); err != nil {
+			t.Errorf("the head lacks the pushed tenant's file: %v", err)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := e.srv.WriteFile("gitops.git", "main", "README.md", "another writer\n", "another writer"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.p.Sync(ctx); err != nil {
+		t.Fatal(err)
+	}
+	err = e.p.ReadPushed(ctx, func(head, base gitops.Reader) error {
+		if base != nil {
+			t.Error("another writer's commit read with a base")
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}

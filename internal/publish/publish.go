@@ -88,11 +88,16 @@ type Publisher struct {
 	trees map[string]string
 	// applied are the Kustomizations seen to exist.
 	applied map[string]bool
+	// pending are the folders a push of this replica changed whose objects
+	// it has not written since: each is written at the next publish even
+	// if it already points at the same archive (see Publish).
+	pending map[string]bool
 }
 
 // New returns a Publisher.
 func New(o Options) *Publisher {
-	return &Publisher{o: o, served: map[string][]byte{}, byName: map[string][]string{}, trees: map[string]string{}, applied: map[string]bool{}}
+	return &Publisher{o: o, served: map[string][]byte{}, byName: map[string][]string{}, trees: map[string]string{}, applied: map[string]bool{},
+		pending: map[string]bool{}}
 }
 
 // BuildWith sets Options.At; call it before serving.
@@ -190,20 +195,29 @@ var ErrSuperseded = errors.New("superseded by a newer commit")
 // the object points at it, and the folder's Kustomization is made if it is
 // missing. Shard folders are never removed in that layout.
 //
-// Replicas publish in the order of their pushes: every object to change is
-// read first, then, with Options.Head, the commit must still be the
-// branch's head, and each object is written only if nobody wrote it since
-// it was read (its resourceVersion). A replica that pushed a newer commit
-// publishes after its push, so after that check: either its write comes
-// last, or it finds the older one written and writes over it. Otherwise
-// Publish points at nothing and returns ErrSuperseded.
-func (p *Publisher) Publish(ctx context.Context, snap Source, commit string) ([]Folder, error) {
+// base, when this replica's push made commit, is the commit the branch
+// was at before it (nil otherwise). Replicas publish in the order of their
+// pushes: every object to change is read first, then, with Options.Head,
+// the commit must still be the branch's head, and each object is written
+// only if nobody wrote it since it was read (its resourceVersion). Every
+// folder the push changed is written, even when its object already points
+// at the same archive (a folder back to an earlier content), so that its
+// resourceVersion moves: a replica that read it before, to publish an
+// older commit, is then refused. A replica that pushed a newer commit
+// publishes after its push, so after any older publish's head check:
+// either its write comes last, or the older write is refused. Otherwise
+// Publish points at nothing and returns ErrSuperseded; the folders of its
+// push are written at the next Publish.
+func (p *Publisher) Publish(ctx context.Context, snap Source, commit string, base Source) ([]Folder, error) {
 	l, err := p.o.Layout.Of(snap)
 	if err != nil || !l.ShardKustomizations {
 		if err == nil {
 			// Migrated back: its objects are deleted. A migration in again
 			// must make them again, not trust what was published before.
 			p.Forget()
+			p.mu.Lock()
+			clear(p.pending)
+			p.mu.Unlock()
 		}
 		return nil, err
 	}
@@ -225,7 +239,13 @@ func (p *Publisher) Publish(ctx context.Context, snap Source, commit string) ([]
 			if !gitops.IsShard(shard) {
 				continue
 			}
-			c, err := p.read(ctx, snap, commit, tier, shard, path.Join(l.TierDir(tier), shard))
+			dir := path.Join(l.TierDir(tier), shard)
+			if base != nil && changedFrom(base, snap, dir) {
+				p.mu.Lock()
+				p.pending[dir] = true
+				p.mu.Unlock()
+			}
+			c, err := p.read(ctx, snap, commit, tier, shard, dir)
 			switch {
 			case err != nil:
 				errs = append(errs, err)
@@ -278,9 +298,9 @@ func (p *Publisher) read(ctx context.Context, snap Source, commit, tier, shard, 
 	}
 	c.tree = tree
 	p.mu.Lock()
-	same := p.trees[dir] == tree
+	same, force := p.trees[dir] == tree, p.pending[dir]
 	p.mu.Unlock()
-	if same {
+	if same && !force {
 		return c, nil
 	}
 	if c.a, err = artifact.Build(snap, dir); err != nil {
@@ -290,7 +310,7 @@ func (p *Publisher) read(ctx context.Context, snap Source, commit, tier, shard, 
 	c.origin = p.o.Branch + "@sha1:" + commit
 	c.file = path.Join(commit, tier, shard, strings.TrimPrefix(c.a.Digest, "sha256:")+".tar.gz")
 	p.serve(c.f.Name, c.file, c.a.Data)
-	obj, err := p.object(ctx, c.f.Name, c.a)
+	obj, err := p.object(ctx, c.f.Name, c.a, force, c.origin)
 	if err != nil {
 		return nil, fmt.Errorf("publish %s: %w", c.f.Name, err)
 	}
@@ -340,8 +360,20 @@ func (p *Publisher) done(ctx context.Context, c *change) error {
 	}
 	p.mu.Lock()
 	p.trees[c.dir] = c.tree
+	delete(p.pending, c.dir)
 	p.mu.Unlock()
 	return nil
+}
+
+// changedFrom reports whether dir differs between base and snap (or
+// cannot be compared).
+func changedFrom(base, snap Source, dir string) bool {
+	was, err := base.DirHash(dir)
+	if err != nil {
+		return true
+	}
+	now, err := snap.DirHash(dir)
+	return err != nil || was != now
 }
 
 // serve adds an archive, keeping the object's previous one. A folder can
@@ -385,8 +417,9 @@ func (p *Publisher) usedLocked(file, except string) bool {
 }
 
 // object reads the object, creating it if it is missing, and returns it
-// when it must change to point at a; nil when it points at a already.
-func (p *Publisher) object(ctx context.Context, name string, a artifact.Artifact) (*unstructured.Unstructured, error) {
+// when it must change to point at a; nil when it points at a already
+// (with force, at a from origin).
+func (p *Publisher) object(ctx context.Context, name string, a artifact.Artifact, force bool, origin string) (*unstructured.Unstructured, error) {
 	res := p.o.Client.Resource(flux.ExternalArtifacts).Namespace(p.o.Namespace)
 	obj, err := res.Get(ctx, name, metav1.GetOptions{})
 	if apierrors.IsNotFound(err) {
@@ -401,7 +434,8 @@ func (p *Publisher) object(ctx context.Context, name string, a artifact.Artifact
 	if err != nil {
 		return nil, err
 	}
-	if rev, _, _ := unstructured.NestedString(obj.Object, "status", "artifact", "revision"); rev == a.Revision {
+	was, _, _ := unstructured.NestedString(obj.Object, "status", "artifact", "metadata", OriginRevision)
+	if rev, _, _ := unstructured.NestedString(obj.Object, "status", "artifact", "revision"); rev == a.Revision && (!force || was == origin) {
 		// Published before (by this replica before a restart, or another,
 		// at another commit): the same digest is the same bytes, served
 		// here under the URL the object names too.

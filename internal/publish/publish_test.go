@@ -223,7 +223,7 @@ func TestPublishMakesAgainWhatWasDeleted(t *testing.T) {
 	}
 	publish := func(src memtree.Tree) {
 		t.Helper()
-		if _, err := p.Publish(ctx, src, "c1"); err != nil {
+		if _, err := p.Publish(ctx, src, "c1", nil); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -283,20 +283,15 @@ func TestReplicasPublishInTheOrderOfTheirPushes(t *testing.T) {
 		t.Run(order, func(t *testing.T) {
 			dyn, conflicts := optimisticClient()
 			head := "c3"
-			replica := func() *Publisher {
-				p := New(Options{Layout: gitops.Layout{Root: "root"}, Namespace: "flux-system", Client: dyn, URL: "http://worker:8081", Branch: "main"})
-				p.CheckHeadWith(func(context.Context) (string, error) { return head, nil })
-				return p
-			}
-			a, b := replica(), replica()
-			if _, err := b.Publish(ctx, c3, "c3"); err != nil { // B pushed C3 and published it
+			a, b := replica(dyn, &head), replica(dyn, &head)
+			if _, err := b.Publish(ctx, c3, "c3", nil); err != nil { // B pushed C3 and published it
 				t.Fatal(err)
 			}
 			// Then A pushes C4, a second tenant in the shard, and publishes
 			// it; B publishes C3 again (its periodic publish, after Forget).
 			pushA := func() {
 				head = "c4"
-				if _, err := a.Publish(ctx, c4, "c4"); err != nil {
+				if _, err := a.Publish(ctx, c4, "c4", c3); err != nil {
 					t.Errorf("A publishes C4: %v", err)
 				}
 			}
@@ -318,7 +313,7 @@ func TestReplicasPublishInTheOrderOfTheirPushes(t *testing.T) {
 				})
 			}
 			b.Forget()
-			_, err := b.Publish(ctx, c3, "c3")
+			_, err := b.Publish(ctx, c3, "c3", nil)
 			if !errors.Is(err, ErrSuperseded) {
 				t.Errorf("B's publish of C3 after A's push of C4: %v, want ErrSuperseded", err)
 			}
@@ -334,6 +329,14 @@ func TestReplicasPublishInTheOrderOfTheirPushes(t *testing.T) {
 			}
 		})
 	}
+}
+
+// replica is a worker replica's Publisher on dyn, whose ls-remote of the
+// branch reads *head.
+func replica(dyn *dynfake.FakeDynamicClient, head *string) *Publisher {
+	p := New(Options{Layout: gitops.Layout{Root: "root"}, Namespace: "flux-system", Client: dyn, URL: "http://worker:8081", Branch: "main"})
+	p.CheckHeadWith(func(context.Context) (string, error) { return *head, nil })
+	return p
 }
 
 // optimisticClient is a fake client whose writes to ExternalArtifacts
@@ -380,5 +383,174 @@ func setRevision(t *testing.T, dyn *dynfake.FakeDynamicClient, name, rev string)
 	}
 	if _, err := res.UpdateStatus(context.Background(), obj, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// abaCommits: C0 has tenants a and b in shard-00; C1 (pushed by one
+// replica) offboards b; C2 (pushed by another on top of C1) onboards b
+// again with the same files, so C2's shard folder is C0's tree again.
+func abaCommits(t *testing.T) (c0, c1, c2 memtree.Tree, want artifact.Artifact) {
+	t.Helper()
+	l := gitops.Layout{Root: "root", Shards: 1, ShardKustomizations: true}
+	c0 = memtree.Tree{
+		l.LayoutFile(): string(l.LayoutContent()),
+		"root/tier-templates/premium_tenant_template.yaml": "kind: HelmRelease\n",
+		"root/tenants/premium/kustomization.yaml":          "resources:\n  - shard-00\n",
+		"root/tenants/premium/shard-00/kustomization.yaml": "resources:\n  - a.yaml\n  - b.yaml\n",
+		"root/tenants/premium/shard-00/a.yaml":             "kind: ConfigMap\nmetadata:\n  name: a\n",
+		"root/tenants/premium/shard-00/b.yaml":             "kind: ConfigMap\nmetadata:\n  name: b\n",
+	}
+	c1 = memtree.Tree{}
+	for k, v := range c0 {
+		c1[k] = v
+	}
+	c1["root/tenants/premium/shard-00/kustomization.yaml"] = "resources:\n  - a.yaml\n"
+	delete(c1, "root/tenants/premium/shard-00/b.yaml")
+	c2 = memtree.Tree{}
+	for k, v := range c0 {
+		c2[k] = v
+	}
+	want, err := artifact.Build(c2, "root/tenants/premium/shard-00")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c0, c1, c2, want
+}
+
+func revisionOf(t *testing.T, p *Publisher, name string) string {
+	t.Helper()
+	obj, err := p.o.Client.Resource(flux.ExternalArtifacts).Namespace("flux-system").Get(context.Background(), name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rev, _, _ := unstructured.NestedString(obj.Object, "status", "artifact", "revision")
+	return rev
+}
+
+// TestNewerReplicaFindingItsFolderPublishedStillFencesAnOlderWrite: A
+// publishes C1 (b offboarded): reads the object (at C0's folder), its
+// ls-remote sees C1. B then pushes C2 (b onboarded again: C0's folder) and
+// publishes it: the object already points at C2's folder, but B's push
+// changed the folder, so B writes it anyway and its resourceVersion
+// moves. A's write is then refused, and the ExternalArtifact stays at
+// C2's folder (before, B wrote nothing and A's write left it at C1's: the
+// shard Kustomization pruned b).
+func TestNewerReplicaFindingItsFolderPublishedStillFencesAnOlderWrite(t *testing.T) {
+	ctx := context.Background()
+	c0, c1, c2, want := abaCommits(t)
+	name := Name("premium", "shard-00")
+	dyn, _ := optimisticClient()
+	head := "c0"
+	a, b := replica(dyn, &head), replica(dyn, &head)
+	if _, err := a.Publish(ctx, c0, "c0", nil); err != nil {
+		t.Fatal(err)
+	}
+	head = "c1" // A pushed C1
+	var errB error
+	a.CheckHeadWith(func(context.Context) (string, error) {
+		was := head                            // A's ls-remote sees C1 ...
+		head = "c2"                            // ... then B pushes C2 and publishes it, before A writes
+		_, errB = b.Publish(ctx, c2, "c2", c1) // after its push from C1
+		return was, nil
+	})
+	_, errA := a.Publish(ctx, c1, "c1", c0)
+	if rev := revisionOf(t, a, name); rev != want.Revision {
+		t.Errorf("head is C2, the ExternalArtifact is at %s (C1's folder), want C2's %s; A's publish: %v, B's: %v",
+			rev, want.Revision, errA, errB)
+	}
+}
+
+// TestPublishAfterOwnPushTrustsTreesOverAnotherReplicasWrite: B published
+// C0; A pushes C1 (b offboarded) and publishes it; B pushes C2 (b again:
+// C0's folder) and publishes after its push, which does not Forget: B's
+// trees say shard-00 is at C0's tree, but its push changed the folder, so
+// B reads and writes it (before, it trusted its trees and left A's C1
+// folder until a tick). No race is needed.
+func TestPublishAfterOwnPushTrustsTreesOverAnotherReplicasWrite(t *testing.T) {
+	ctx := context.Background()
+	c0, c1, c2, want := abaCommits(t)
+	name := Name("premium", "shard-00")
+	dyn, _ := optimisticClient()
+	head := "c0"
+	a, b := replica(dyn, &head), replica(dyn, &head)
+	if _, err := b.Publish(ctx, c0, "c0", nil); err != nil {
+		t.Fatal(err)
+	}
+	head = "c1"
+	if _, err := a.Publish(ctx, c1, "c1", c0); err != nil {
+		t.Fatal(err)
+	}
+	head = "c2"
+	if _, err := b.Publish(ctx, c2, "c2", c1); err != nil { // on B's push signal: no Forget
+		t.Fatal(err)
+	}
+	if rev := revisionOf(t, b, name); rev != want.Revision {
+		t.Errorf("head is C2, the ExternalArtifact is at %s (C1's folder), want C2's %s", rev, want.Revision)
+	}
+}
+
+// TestAFolderOfASupersededPushIsWrittenByTheNextPublish: B pushes C2 (a
+// folder back to C0's content) but the branch moves on to C3, which does
+// not touch the folder, before B publishes: B's publish of C2 is refused.
+// Its next publish, of C3 and not its own push, still writes the folder
+// (the object is at C0's archive, from C0): a replica holding C1 may be
+// about to write. A folder no push of B changed is not written again.
+func TestAFolderOfASupersededPushIsWrittenByTheNextPublish(t *testing.T) {
+	ctx := context.Background()
+	c0, c1, c2, want := abaCommits(t)
+	c3 := memtree.Tree{}
+	for k, v := range c2 {
+		c3[k] = v
+	}
+	c3["root/tenants/premium/kustomization.yaml"] = "resources:\n  - shard-00\n# another writer\n"
+	name := Name("premium", "shard-00")
+	dyn, _ := optimisticClient()
+	head := "c0"
+	b := replica(dyn, &head)
+	if _, err := b.Publish(ctx, c0, "c0", nil); err != nil {
+		t.Fatal(err)
+	}
+	head = "c3" // B pushed C2 from C1; C3 came before B published
+	if _, err := b.Publish(ctx, c2, "c2", c1); !errors.Is(err, ErrSuperseded) {
+		t.Fatalf("B's publish of C2 with the branch at C3: %v, want ErrSuperseded", err)
+	}
+	writes := func() int {
+		n := 0
+		for _, a := range dyn.Actions() {
+			if a.GetVerb() == "update" && a.GetSubresource() == "status" {
+				n++
+			}
+		}
+		return n
+	}
+	before := writes()
+	b.Forget()
+	if _, err := b.Publish(ctx, c3, "c3", nil); err != nil {
+		t.Fatal(err)
+	}
+	if writes() != before+1 {
+		t.Errorf("publishing C3 after the refused C2 wrote %d objects, want shard-00 written once", writes()-before)
+	}
+	obj, err := dyn.Resource(flux.ExternalArtifacts).Namespace("flux-system").Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	origin, _, _ := unstructured.NestedString(obj.Object, "status", "artifact", "metadata", OriginRevision)
+	if rev, _, _ := unstructured.NestedString(obj.Object, "status", "artifact", "revision"); rev != want.Revision || origin != "main@sha1:c3" {
+		t.Errorf("the ExternalArtifact is at %s from %s, want %s written from C3", rev, origin, want.Revision)
+	}
+	// C4 from C3 changes no shard folder: nothing is written.
+	c4 := memtree.Tree{}
+	for k, v := range c3 {
+		c4[k] = v
+	}
+	c4["root/tier-templates/premium_tenant_template.yaml"] = "kind: HelmRelease\n# changed\n"
+	head = "c4"
+	before = writes()
+	if _, err := b.Publish(ctx, c4, "c4", c3); err != nil {
+		t.Fatal(err)
+	}
+	if writes() != before {
+		t.Errorf("a push that changed no shard folder wrote %d objects", writes()-before)
 	}
 }
