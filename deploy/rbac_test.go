@@ -71,7 +71,7 @@ func TestChartRBAC(t *testing.T) {
 }
 
 // TestChartArtifactsRBAC: with artifacts on (readiness off, to see its
-// rules alone) the chart grants exactly get and create on ExternalArtifacts
+// rules alone) the chart grants exactly get, list and create on ExternalArtifacts
 // and Kustomizations in the Flux namespace and update on ExternalArtifacts'
 // status, bound to the worker's ServiceAccount, whose token is then mounted;
 // the worker is told the Service's URL and the port is served. On a
@@ -84,9 +84,9 @@ func TestChartArtifactsRBAC(t *testing.T) {
 		"artifacts": map[string]any{"enabled": true, "port": 9090},
 	})
 	want := []rbacv1.PolicyRule{
-		{APIGroups: []string{"source.toolkit.fluxcd.io"}, Resources: []string{"externalartifacts"}, Verbs: []string{"get", "create"}},
+		{APIGroups: []string{"source.toolkit.fluxcd.io"}, Resources: []string{"externalartifacts"}, Verbs: []string{"get", "list", "create"}},
 		{APIGroups: []string{"source.toolkit.fluxcd.io"}, Resources: []string{"externalartifacts/status"}, Verbs: []string{"update"}},
-		{APIGroups: []string{"kustomize.toolkit.fluxcd.io"}, Resources: []string{"kustomizations"}, Verbs: []string{"get", "create"}},
+		{APIGroups: []string{"kustomize.toolkit.fluxcd.io"}, Resources: []string{"kustomizations"}, Verbs: []string{"get", "list", "create"}},
 	}
 	if r.role == nil || r.role.Namespace != "flux" || !reflect.DeepEqual(r.role.Rules, want) {
 		t.Fatalf("artifacts Role:\n%+v\nwant\n%+v", r.role, want)

@@ -88,6 +88,10 @@ type Publisher struct {
 	trees map[string]string
 	// applied are the Kustomizations seen to exist.
 	applied map[string]bool
+	// built is each folder's last archive, by the tree it was built from:
+	// a periodic publish, which reads every object again, builds nothing
+	// again.
+	built map[string]builtDir
 	// pending are the folders a push of this replica changed whose objects
 	// it has not written since: each is written at the next publish even
 	// if it already points at the same archive (see Publish).
@@ -97,7 +101,7 @@ type Publisher struct {
 // New returns a Publisher.
 func New(o Options) *Publisher {
 	return &Publisher{o: o, served: map[string][]byte{}, byName: map[string][]string{}, trees: map[string]string{}, applied: map[string]bool{},
-		pending: map[string]bool{}}
+		pending: map[string]bool{}, built: map[string]builtDir{}}
 }
 
 // BuildWith sets Options.At; call it before serving.
@@ -229,6 +233,7 @@ func (p *Publisher) Publish(ctx context.Context, snap Source, commit string, bas
 		out     []Folder
 		changes []*change
 		errs    []error
+		v       = newView(p.o.Client, p.o.Namespace)
 	)
 	for _, tier := range tiers {
 		_, dirs, err := snap.Entries(l.TierDir(tier))
@@ -245,7 +250,7 @@ func (p *Publisher) Publish(ctx context.Context, snap Source, commit string, bas
 				p.pending[dir] = true
 				p.mu.Unlock()
 			}
-			c, err := p.read(ctx, snap, commit, tier, shard, dir)
+			c, err := p.read(ctx, v, snap, commit, tier, shard, dir)
 			switch {
 			case err != nil:
 				errs = append(errs, err)
@@ -266,7 +271,7 @@ func (p *Publisher) Publish(ctx context.Context, snap Source, commit string, bas
 		}
 	}
 	for _, c := range changes {
-		if err := p.write(ctx, c); err != nil {
+		if err := p.write(ctx, v, c); err != nil {
 			errs = append(errs, err)
 			continue
 		}
@@ -290,7 +295,7 @@ type change struct {
 // read serves the folder's archive and reads its object (making it when
 // missing). A folder already pointed at is done: its Kustomization is made
 // if missing and its tree remembered.
-func (p *Publisher) read(ctx context.Context, snap Source, commit, tier, shard, dir string) (*change, error) {
+func (p *Publisher) read(ctx context.Context, v *view, snap Source, commit, tier, shard, dir string) (*change, error) {
 	c := &change{f: Folder{Tier: tier, Shard: shard, Name: Name(tier, shard)}, dir: dir}
 	tree, err := snap.DirHash(dir)
 	if err != nil {
@@ -303,14 +308,14 @@ func (p *Publisher) read(ctx context.Context, snap Source, commit, tier, shard, 
 	if same && !force {
 		return c, nil
 	}
-	if c.a, err = artifact.Build(snap, dir); err != nil {
+	if c.a, err = p.build(snap, dir, tree); err != nil {
 		return nil, err
 	}
 	c.f.Revision = c.a.Revision
 	c.origin = p.o.Branch + "@sha1:" + commit
 	c.file = path.Join(commit, tier, shard, strings.TrimPrefix(c.a.Digest, "sha256:")+".tar.gz")
 	p.serve(c.f.Name, c.file, c.a.Data)
-	obj, err := p.object(ctx, c.f.Name, c.a, force, c.origin)
+	obj, err := p.object(ctx, v, c.f.Name, c.a, force, c.origin)
 	if err != nil {
 		return nil, fmt.Errorf("publish %s: %w", c.f.Name, err)
 	}
@@ -318,12 +323,12 @@ func (p *Publisher) read(ctx context.Context, snap Source, commit, tier, shard, 
 		c.obj = obj
 		return c, nil
 	}
-	return c, p.done(ctx, c)
+	return c, p.done(ctx, v, c)
 }
 
 // write points the object read at the folder's archive, unless it was
 // written since it was read.
-func (p *Publisher) write(ctx context.Context, c *change) error {
+func (p *Publisher) write(ctx context.Context, v *view, c *change) error {
 	now := time.Now().UTC().Format(time.RFC3339)
 	status := map[string]any{
 		"artifact": map[string]any{
@@ -349,13 +354,13 @@ func (p *Publisher) write(ctx context.Context, c *change) error {
 		return fmt.Errorf("publish %s: %w", c.f.Name, err)
 	}
 	c.f.Changed = true
-	return p.done(ctx, c)
+	return p.done(ctx, v, c)
 }
 
 // done makes the folder's Kustomization if missing and remembers the tree
 // published.
-func (p *Publisher) done(ctx context.Context, c *change) error {
-	if err := p.kustomization(ctx, c.f.Name); err != nil {
+func (p *Publisher) done(ctx context.Context, v *view, c *change) error {
+	if err := p.kustomization(ctx, v, c.f.Name); err != nil {
 		return fmt.Errorf("Kustomization of %s: %w", c.f.Name, err)
 	}
 	p.mu.Lock()
@@ -363,6 +368,31 @@ func (p *Publisher) done(ctx context.Context, c *change) error {
 	delete(p.pending, c.dir)
 	p.mu.Unlock()
 	return nil
+}
+
+// builtDir is a folder's archive and the tree it was built from.
+type builtDir struct {
+	tree string
+	a    artifact.Artifact
+}
+
+// build returns the archive of dir at tree, built again only when the
+// folder's tree is not the one it was last built from.
+func (p *Publisher) build(snap Source, dir, tree string) (artifact.Artifact, error) {
+	p.mu.Lock()
+	b, ok := p.built[dir]
+	p.mu.Unlock()
+	if ok && b.tree == tree {
+		return b.a, nil
+	}
+	a, err := artifact.Build(snap, dir)
+	if err != nil {
+		return a, err
+	}
+	p.mu.Lock()
+	p.built[dir] = builtDir{tree: tree, a: a}
+	p.mu.Unlock()
+	return a, nil
 }
 
 // changedFrom reports whether dir differs between base and snap (or
@@ -419,9 +449,9 @@ func (p *Publisher) usedLocked(file, except string) bool {
 // object reads the object, creating it if it is missing, and returns it
 // when it must change to point at a; nil when it points at a already
 // (with force, at a from origin).
-func (p *Publisher) object(ctx context.Context, name string, a artifact.Artifact, force bool, origin string) (*unstructured.Unstructured, error) {
+func (p *Publisher) object(ctx context.Context, v *view, name string, a artifact.Artifact, force bool, origin string) (*unstructured.Unstructured, error) {
 	res := p.o.Client.Resource(flux.ExternalArtifacts).Namespace(p.o.Namespace)
-	obj, err := res.Get(ctx, name, metav1.GetOptions{})
+	obj, err := v.get(ctx, flux.ExternalArtifacts, name)
 	if apierrors.IsNotFound(err) {
 		obj = &unstructured.Unstructured{Object: map[string]any{
 			"apiVersion": "source.toolkit.fluxcd.io/v1", "kind": "ExternalArtifact",
@@ -430,6 +460,9 @@ func (p *Publisher) object(ctx context.Context, name string, a artifact.Artifact
 			"spec": map[string]any{},
 		}}
 		obj, err = res.Create(ctx, obj, metav1.CreateOptions{})
+		if apierrors.IsAlreadyExists(err) { // made by another replica since the listing
+			obj, err = res.Get(ctx, name, metav1.GetOptions{})
+		}
 	}
 	if err != nil {
 		return nil, err
@@ -484,7 +517,7 @@ func FromTemplate(tmpl *unstructured.Unstructured, name string, source map[strin
 // kustomization makes the Kustomization applying the ExternalArtifact
 // name, if it is missing, with the settings of the template Kustomization.
 // One that exists is left as it is: an operator may tune it.
-func (p *Publisher) kustomization(ctx context.Context, name string) error {
+func (p *Publisher) kustomization(ctx context.Context, v *view, name string) error {
 	if p.o.Template == "" {
 		return nil
 	}
@@ -495,10 +528,10 @@ func (p *Publisher) kustomization(ctx context.Context, name string) error {
 		return nil
 	}
 	res := p.o.Client.Resource(flux.Kustomizations).Namespace(p.o.Namespace)
-	_, err := res.Get(ctx, name, metav1.GetOptions{})
+	_, err := v.get(ctx, flux.Kustomizations, name)
 	if apierrors.IsNotFound(err) {
 		var tmpl *unstructured.Unstructured
-		if tmpl, err = res.Get(ctx, p.o.Template, metav1.GetOptions{}); err != nil {
+		if tmpl, err = v.get(ctx, flux.Kustomizations, p.o.Template); err != nil {
 			return fmt.Errorf("read the template Kustomization %s: %w", p.o.Template, err)
 		}
 		k := FromTemplate(tmpl, name, map[string]any{"kind": "ExternalArtifact", "name": name}, "./", p.o.Interval)

@@ -4,8 +4,11 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
+	"maps"
 	"net/http"
 	"net/http/httptest"
+	"path"
 	"regexp"
 	"strconv"
 	"strings"
@@ -119,7 +122,7 @@ func TestKustomizationInterval(t *testing.T) {
 			map[schema.GroupVersionResource]string{flux.Kustomizations: "KustomizationList"}, template.DeepCopy(), tuned.DeepCopy())
 		p := New(Options{Namespace: "flux-system", Client: dyn, Template: "dataplane-tenants", Interval: tc.interval})
 		for _, name := range []string{Name("premium", "shard-00"), Name("basic", "shard-01")} {
-			if err := p.kustomization(context.Background(), name); err != nil {
+			if err := p.kustomization(context.Background(), newView(dyn, "flux-system"), name); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -552,5 +555,57 @@ func TestAFolderOfASupersededPushIsWrittenByTheNextPublish(t *testing.T) {
 	}
 	if writes() != before {
 		t.Errorf("a push that changed no shard folder wrote %d objects", writes()-before)
+	}
+}
+
+// TestAPeriodicPublishReadsEachKindOnce: the periodic publish (after
+// Forget) of a branch with 12 shard folders, none changed, lists the
+// ExternalArtifacts and the Kustomizations once each and reads or writes
+// nothing else, and builds no archive again: it holds the repository lock,
+// and with it the worker's next push, for a fixed number of requests.
+func TestAPeriodicPublishReadsEachKindOnce(t *testing.T) {
+	ctx := context.Background()
+	l := gitops.Layout{Root: "root", Shards: 6, ShardKustomizations: true}
+	tree := memtree.Tree{
+		l.LayoutFile(): string(l.LayoutContent()),
+		"root/tier-templates/premium_tenant_template.yaml": "kind: HelmRelease\n",
+		"root/tier-templates/basic_tenant_template.yaml":   "kind: HelmRelease\n",
+	}
+	for _, tier := range []string{"premium", "basic"} {
+		tree["root/tenants/"+tier+"/kustomization.yaml"] = "resources: []\n"
+		for i := range 6 {
+			dir := fmt.Sprintf("root/tenants/%s/shard-%02d/", tier, i)
+			tree[dir+"kustomization.yaml"] = "resources:\n  - a.yaml\n"
+			tree[dir+"a.yaml"] = fmt.Sprintf("kind: ConfigMap\nmetadata:\n  name: %s-%d\n", tier, i)
+		}
+	}
+	template := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "kustomize.toolkit.fluxcd.io/v1", "kind": "Kustomization",
+		"metadata": map[string]any{"name": "dataplane-tenants", "namespace": "flux-system"},
+		"spec":     map[string]any{"interval": "1m0s", "prune": true, "path": "./tenants"},
+	}}
+	dyn := dynfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(),
+		map[schema.GroupVersionResource]string{flux.Kustomizations: "KustomizationList", flux.ExternalArtifacts: "ExternalArtifactList"}, template)
+	p := New(Options{Layout: gitops.Layout{Root: "root"}, Namespace: "flux-system", Client: dyn, Template: "dataplane-tenants",
+		URL: "http://worker:8081", Branch: "main"})
+	folders, err := p.Publish(ctx, tree, "c1", nil)
+	if err != nil || len(folders) != 12 {
+		t.Fatalf("first publish: %d folders, %v", len(folders), err)
+	}
+	built := p.built[path.Join("root/tenants/premium", "shard-00")].a.Data
+	dyn.ClearActions()
+	p.Forget()
+	if _, err := p.Publish(ctx, tree, "c1", nil); err != nil {
+		t.Fatal(err)
+	}
+	verbs := map[string]int{}
+	for _, a := range dyn.Actions() {
+		verbs[a.GetVerb()+" "+a.GetResource().Resource]++
+	}
+	if want := map[string]int{"list externalartifacts": 1, "list kustomizations": 1}; !maps.Equal(verbs, want) {
+		t.Errorf("the periodic publish of 12 unchanged folders made %v, want %v", verbs, want)
+	}
+	if again := p.built[path.Join("root/tenants/premium", "shard-00")].a.Data; &again[0] != &built[0] {
+		t.Error("an unchanged folder's archive was built again")
 	}
 }
