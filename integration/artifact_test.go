@@ -92,7 +92,27 @@ func TestShardArtifactsOnARealControlPlane(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		folders, err := pub.Publish(ctx, snap, repo.Head().String(), nil)
+		// What the branch went through since the last publish, as the
+		// worker gives it (pipeline.ReadSince).
+		var h publish.History
+		for c := repo.Head(); pub.Last() != ""; {
+			if c.String() == pub.Last() {
+				h.Complete = true
+				break
+			}
+			parents, _, err := repo.CommitInfo(c)
+			if err != nil || len(parents) == 0 {
+				t.Fatalf("%s is not after the last published %s", repo.Head(), pub.Last())
+			}
+			parent, err1 := repo.Snapshot(parents[0])
+			commit, err2 := repo.Snapshot(c)
+			if err1 != nil || err2 != nil {
+				t.Fatal(err1, err2)
+			}
+			h.Links = append([]publish.Link{{Parent: parent, Commit: commit}}, h.Links...)
+			c = parents[0]
+		}
+		folders, err := pub.Publish(ctx, snap, repo.Head().String(), h)
 		if err != nil {
 			t.Fatal(err)
 		}

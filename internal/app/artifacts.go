@@ -25,6 +25,10 @@ import (
 // object deleted in the cluster is not seen by any other means).
 const publishEvery = 30 * time.Second
 
+// maxHistory bounds the commits since the last publish whose changes are
+// looked at; past it, every folder is written once.
+const maxHistory = 64
+
 // maxSuperseded bounds the publishes started again at once because the
 // branch moved meanwhile; past it, the next push or tick publishes.
 const maxSuperseded = 5
@@ -95,18 +99,25 @@ func servePublisher(ctx context.Context, o wconfig.Options, ln net.Listener, pub
 			}
 			pub.Forget() // read every object again: one deleted or written elsewhere is made right
 		}
-		err := p.ReadPushed(ctx, func(r, from gitops.Reader) error {
+		err := p.ReadSince(ctx, pub.Last(), maxHistory, func(r gitops.Reader, links []pipeline.Link, complete bool) error {
 			snap, ok := r.(*gitrepo.Snapshot)
 			if !ok {
 				return errors.New("the branch is not a git snapshot")
 			}
-			// The commit this replica's push started from: the folders
-			// the push changed are written even if they look published.
-			var base publish.Source
-			if b, ok := from.(*gitrepo.Snapshot); ok {
-				base = b
+			// What the branch went through since the last publish: the
+			// folders any of it changed are written even if they look
+			// published, so that an older publish in flight is refused.
+			h := publish.History{Complete: complete}
+			for _, l := range links {
+				parent, ok1 := l.Parent.(*gitrepo.Snapshot)
+				commit, ok2 := l.Commit.(*gitrepo.Snapshot)
+				if !ok1 || !ok2 {
+					h = publish.History{}
+					break
+				}
+				h.Links = append(h.Links, publish.Link{Parent: parent, Commit: commit})
 			}
-			folders, err := pub.Publish(ctx, snap, snap.Commit.String(), base)
+			folders, err := pub.Publish(ctx, snap, snap.Commit.String(), h)
 			for _, f := range folders {
 				if f.Changed {
 					log.Info().Str("external_artifact", f.Name).Str("revision", f.Revision).Str("commit", snap.Commit.String()).Msg("shard folder published")

@@ -10,7 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
-	"sync"
+	"slices"
 	"time"
 
 	"github.com/go-git/go-git/v5/plumbing"
@@ -128,16 +128,7 @@ type Pipeline struct {
 	intent  *intent.Checker
 	observe Observer
 	lock    chan struct{}
-
-	pushMu sync.Mutex
-	// pushedFrom maps the tips of this pipeline's last pushes to the
-	// commits the branch was at before them.
-	pushedFrom map[plumbing.Hash]plumbing.Hash
-	pushOrder  []plumbing.Hash
 }
-
-// keptPushes bounds pushedFrom.
-const keptPushes = 16
 
 // New builds a pipeline.
 func New(repo Repository, opts Options) *Pipeline {
@@ -234,43 +225,48 @@ func (p *Pipeline) readAt(ctx context.Context, commit plumbing.Hash, fetch bool,
 	return fn(snap)
 }
 
-// notePush records that this pipeline moved the branch from base to tip.
-func (p *Pipeline) notePush(base, tip plumbing.Hash) {
-	if base == tip {
-		return // only the ledger moved: tip's own push is still the one that made it
-	}
-	p.pushMu.Lock()
-	defer p.pushMu.Unlock()
-	if p.pushedFrom == nil {
-		p.pushedFrom = map[plumbing.Hash]plumbing.Hash{}
-	}
-	p.pushedFrom[tip] = base
-	p.pushOrder = append(p.pushOrder, tip)
-	for len(p.pushOrder) > keptPushes {
-		delete(p.pushedFrom, p.pushOrder[0])
-		p.pushOrder = p.pushOrder[1:]
-	}
-}
+// Link is one commit of the branch with its first parent.
+type Link struct{ Parent, Commit gitops.Reader }
 
-// ReadPushed calls fn with the branch as last seen and, when this
-// pipeline's push made it, the commit the branch was at before that push
-// (nil otherwise), under the repository lock: what the push changed is
-// the difference.
-func (p *Pipeline) ReadPushed(ctx context.Context, fn func(head, base gitops.Reader) error) error {
+// ReadSince calls fn, under the repository lock, with the branch as last
+// seen and the commits on its first-parent chain after since, each with
+// its parent, oldest first: at most max of them. complete says the steps
+// reach back to since; it is false when since is empty, not found within
+// max commits, or not on the chain (history rewritten).
+func (p *Pipeline) ReadSince(ctx context.Context, since string, max int, fn func(head gitops.Reader, links []Link, complete bool) error) error {
 	return p.locked(ctx, func() error {
 		head := p.repo.Head()
-		p.pushMu.Lock()
-		from, pushed := p.pushedFrom[head]
-		p.pushMu.Unlock()
 		return p.readAt(ctx, head, false, func(r gitops.Reader) error {
-			if !pushed || from.IsZero() {
-				return fn(r, nil)
+			var steps []Link
+			complete := false
+			for c := head; since != ""; {
+				if c.String() == since {
+					complete = true
+					break
+				}
+				if len(steps) == max {
+					break
+				}
+				parents, _, err := p.repo.CommitInfo(c)
+				if err != nil || len(parents) == 0 {
+					break
+				}
+				parent, err := p.repo.Snapshot(parents[0])
+				if err != nil {
+					break
+				}
+				commit, err := p.repo.Snapshot(c)
+				if err != nil {
+					break
+				}
+				steps = append(steps, Link{Parent: parent, Commit: commit})
+				c = parents[0]
 			}
-			base, err := p.repo.Snapshot(from)
-			if err != nil {
-				return fn(r, nil)
+			if !complete {
+				steps = nil // not enough to know what changed: the caller assumes anything did
 			}
-			return fn(r, base)
+			slices.Reverse(steps)
+			return fn(r, steps, complete)
 		})
 	})
 }

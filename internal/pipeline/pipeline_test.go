@@ -569,36 +569,18 @@ func (r *probeEdits) Commit(parent plumbing.Hash, files map[string][]byte, msg s
 	return r.Repository.Commit(parent, files, msg)
 }
 
-// TestReadPushedGivesThePushsBase: after a push of this pipeline the
-// branch is read with the commit the push started from; after another
-// writer's commit, fetched, with none.
-func TestReadPushedGivesThePushsBase(t *testing.T) {
+// TestReadSinceGivesTheCommitsAfter: the branch is read with each commit
+// after the one named, with its parent; incomplete with none named, with
+// one not on the branch, or with more commits than asked for.
+func TestReadSinceGivesTheCommitsAfter(t *testing.T) {
 	e := setup(t)
 	ctx := context.Background()
-	before, err := e.srv.Output("gitops.git", "rev-parse", "main")
+	out, err := e.srv.Output("gitops.git", "rev-parse", "main")
 	if err != nil {
 		t.Fatal(err)
 	}
+	before := strings.TrimSpace(out)
 	if _, err := apply(t, e, message.Onboarding, onboard1); err != nil {
-		t.Fatal(err)
-	}
-	file := templates.Root + "/tenants/premium/tenant-1.yaml"
-	err = e.p.ReadPushed(ctx, func(head, base gitops.Reader) error {
-		if base == nil {
-			t.Fatal("after this pipeline's push: no base")
-		}
-		if b, ok := base.(*gitrepo.Snapshot); !ok || b.Commit.String() != strings.TrimSpace(before) {
-			t.Errorf("base %v, want the commit before the push, %s", base, before)
-		}
-		if _, err := base.ReadFile(file); err == nil {
-			t.Error("the base has the pushed tenant's file")
-		}
-		if _, err := head.ReadFile(file); err != nil {
-			t.Errorf("the head lacks the pushed tenant's file: %v", err)
-		}
-		return nil
-	})
-	if err != nil {
 		t.Fatal(err)
 	}
 	if err := e.srv.WriteFile("gitops.git", "main", "README.md", "another writer\n", "another writer"); err != nil {
@@ -607,13 +589,43 @@ func TestReadPushedGivesThePushsBase(t *testing.T) {
 	if _, err := e.p.Sync(ctx); err != nil {
 		t.Fatal(err)
 	}
-	err = e.p.ReadPushed(ctx, func(head, base gitops.Reader) error {
-		if base != nil {
-			t.Error("another writer's commit read with a base")
+	file := templates.Root + "/tenants/premium/tenant-1.yaml"
+	read := func(since string, max int) (links []Link, complete bool) {
+		t.Helper()
+		if err := e.p.ReadSince(ctx, since, max, func(_ gitops.Reader, l []Link, c bool) error {
+			links, complete = l, c
+			return nil
+		}); err != nil {
+			t.Fatal(err)
 		}
-		return nil
-	})
-	if err != nil {
-		t.Fatal(err)
+		return links, complete
+	}
+	links, complete := read(before, 10)
+	if !complete || len(links) != 2 {
+		t.Fatalf("since the commit before the push: %d links, complete %v; want the push and the other writer's commit", len(links), complete)
+	}
+	if p := links[0].Parent.(*gitrepo.Snapshot); p.Commit.String() != before {
+		t.Errorf("the first link's parent is %s, want %s", p.Commit, before)
+	}
+	if _, err := links[0].Parent.ReadFile(file); err == nil {
+		t.Error("the push's parent has the pushed tenant's file")
+	}
+	if _, err := links[0].Commit.ReadFile(file); err != nil {
+		t.Errorf("the push lacks the pushed tenant's file: %v", err)
+	}
+	if links[1].Parent.(*gitrepo.Snapshot).Commit != links[0].Commit.(*gitrepo.Snapshot).Commit {
+		t.Error("the links are not in order, oldest first")
+	}
+	for _, tc := range []struct {
+		since string
+		max   int
+	}{{"", 10}, {strings.Repeat("ab", 20), 10}, {before, 1}} {
+		if links, complete := read(tc.since, tc.max); complete || len(links) != 0 {
+			t.Errorf("since %q, at most %d: %d links, complete %v; want none, incomplete", tc.since, tc.max, len(links), complete)
+		}
+	}
+	head := links[1].Commit.(*gitrepo.Snapshot).Commit.String()
+	if links, complete := read(head, 10); !complete || len(links) != 0 {
+		t.Errorf("since the head: %d links, complete %v; want none, complete", len(links), complete)
 	}
 }

@@ -274,7 +274,6 @@ func (b *batch) push(ctx context.Context) error {
 	err := b.p.repo.PushRefs(ctx, gitrepo.Move{Old: b.base, New: b.tip}, gitrepo.Move{Old: b.ledgerBase, New: b.ledgerTip})
 	switch {
 	case err == nil:
-		b.p.notePush(b.base, b.tip)
 		b.p.observe.Pushed(PushSuccess)
 	case gitrepo.IsConflict(err):
 		b.p.observe.Pushed(PushConflict)

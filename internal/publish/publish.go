@@ -92,9 +92,13 @@ type Publisher struct {
 	// a periodic publish, which reads every object again, builds nothing
 	// again.
 	built map[string]builtDir
-	// pending are the folders a push of this replica changed whose objects
-	// it has not written since: each is written at the next publish even
-	// if it already points at the same archive (see Publish).
+	// last is the commit last published without an error; everything says
+	// that what changed since is not known, and every folder is written.
+	last       string
+	everything bool
+	// pending are the folders changed since last whose objects are not
+	// written yet: each is written at the next publish even if it already
+	// points at the same archive (see Publish).
 	pending map[string]bool
 }
 
@@ -199,20 +203,22 @@ var ErrSuperseded = errors.New("superseded by a newer commit")
 // the object points at it, and the folder's Kustomization is made if it is
 // missing. Shard folders are never removed in that layout.
 //
-// base, when this replica's push made commit, is the commit the branch
-// was at before it (nil otherwise). Replicas publish in the order of their
-// pushes: every object to change is read first, then, with Options.Head,
-// the commit must still be the branch's head, and each object is written
-// only if nobody wrote it since it was read (its resourceVersion). Every
-// folder the push changed is written, even when its object already points
-// at the same archive (a folder back to an earlier content), so that its
-// resourceVersion moves: a replica that read it before, to publish an
-// older commit, is then refused. A replica that pushed a newer commit
-// publishes after its push, so after any older publish's head check:
+// h is what the branch went through since this Publisher's last
+// published commit (Last). Replicas publish in the order of their pushes:
+// every object to change is read first, then, with Options.Head, the
+// commit must still be the branch's head, and each object is written only
+// if nobody wrote it since it was read (its resourceVersion). Every folder
+// that changed in any commit of h is written, even when its object
+// already points at the same archive (a folder back to an earlier
+// content), unless it is already from this commit: its resourceVersion
+// moves, so a replica that read it before, to publish an older commit
+// that was the head then, is refused. With h incomplete (the first
+// publish, a long or rewritten history) every folder is written that way.
+// A publish after a push comes after any older publish's head check:
 // either its write comes last, or the older write is refused. Otherwise
-// Publish points at nothing and returns ErrSuperseded; the folders of its
-// push are written at the next Publish.
-func (p *Publisher) Publish(ctx context.Context, snap Source, commit string, base Source) ([]Folder, error) {
+// Publish points at nothing and returns ErrSuperseded; the folders still
+// to write are written at the next Publish.
+func (p *Publisher) Publish(ctx context.Context, snap Source, commit string, h History) ([]Folder, error) {
 	l, err := p.o.Layout.Of(snap)
 	if err != nil || !l.ShardKustomizations {
 		if err == nil {
@@ -221,10 +227,14 @@ func (p *Publisher) Publish(ctx context.Context, snap Source, commit string, bas
 			p.Forget()
 			p.mu.Lock()
 			clear(p.pending)
+			p.last = ""
 			p.mu.Unlock()
 		}
 		return nil, err
 	}
+	p.mu.Lock()
+	p.everything = p.everything || !h.Complete
+	p.mu.Unlock()
 	tiers, err := l.Tiers(snap)
 	if err != nil {
 		return nil, fmt.Errorf("list tiers: %w", err)
@@ -245,10 +255,13 @@ func (p *Publisher) Publish(ctx context.Context, snap Source, commit string, bas
 				continue
 			}
 			dir := path.Join(l.TierDir(tier), shard)
-			if base != nil && changedFrom(base, snap, dir) {
-				p.mu.Lock()
-				p.pending[dir] = true
-				p.mu.Unlock()
+			for _, link := range h.Links {
+				if changedFrom(link.Parent, link.Commit, dir) {
+					p.mu.Lock()
+					p.pending[dir] = true
+					p.mu.Unlock()
+					break
+				}
 			}
 			c, err := p.read(ctx, v, snap, commit, tier, shard, dir)
 			switch {
@@ -277,7 +290,33 @@ func (p *Publisher) Publish(ctx context.Context, snap Source, commit string, bas
 		}
 		out = append(out, c.f)
 	}
+	if len(errs) == 0 {
+		p.mu.Lock()
+		p.last, p.everything = commit, false
+		p.mu.Unlock()
+	}
 	return out, errors.Join(errs...)
+}
+
+// History is what the branch went through since the Publisher's last
+// published commit.
+type History struct {
+	// Links are the commits after it on the branch's first-parent chain,
+	// each with its parent.
+	Links []Link
+	// Complete says Links reach back to it.
+	Complete bool
+}
+
+// Link is a commit and its first parent.
+type Link struct{ Parent, Commit Source }
+
+// Last is the last commit this Publisher published without an error, ""
+// before the first.
+func (p *Publisher) Last() string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.last
 }
 
 // A change is a folder whose object must point at a new archive.
@@ -303,7 +342,7 @@ func (p *Publisher) read(ctx context.Context, v *view, snap Source, commit, tier
 	}
 	c.tree = tree
 	p.mu.Lock()
-	same, force := p.trees[dir] == tree, p.pending[dir]
+	same, force := p.trees[dir] == tree, p.pending[dir] || p.everything
 	p.mu.Unlock()
 	if same && !force {
 		return c, nil

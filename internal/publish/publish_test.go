@@ -226,7 +226,7 @@ func TestPublishMakesAgainWhatWasDeleted(t *testing.T) {
 	}
 	publish := func(src memtree.Tree) {
 		t.Helper()
-		if _, err := p.Publish(ctx, src, "c1", nil); err != nil {
+		if _, err := p.Publish(ctx, src, "c1", History{Complete: p.Last() != ""}); err != nil { // no commit since the last
 			t.Fatal(err)
 		}
 	}
@@ -287,14 +287,14 @@ func TestReplicasPublishInTheOrderOfTheirPushes(t *testing.T) {
 			dyn, conflicts := optimisticClient()
 			head := "c3"
 			a, b := replica(dyn, &head), replica(dyn, &head)
-			if _, err := b.Publish(ctx, c3, "c3", nil); err != nil { // B pushed C3 and published it
+			if _, err := b.Publish(ctx, c3, "c3", History{}); err != nil { // B pushed C3 and published it
 				t.Fatal(err)
 			}
 			// Then A pushes C4, a second tenant in the shard, and publishes
 			// it; B publishes C3 again (its periodic publish, after Forget).
 			pushA := func() {
 				head = "c4"
-				if _, err := a.Publish(ctx, c4, "c4", c3); err != nil {
+				if _, err := a.Publish(ctx, c4, "c4", History{}); err != nil {
 					t.Errorf("A publishes C4: %v", err)
 				}
 			}
@@ -316,7 +316,7 @@ func TestReplicasPublishInTheOrderOfTheirPushes(t *testing.T) {
 				})
 			}
 			b.Forget()
-			_, err := b.Publish(ctx, c3, "c3", nil)
+			_, err := b.Publish(ctx, c3, "c3", History{Complete: true})
 			if !errors.Is(err, ErrSuperseded) {
 				t.Errorf("B's publish of C3 after A's push of C4: %v, want ErrSuperseded", err)
 			}
@@ -332,6 +332,16 @@ func TestReplicasPublishInTheOrderOfTheirPushes(t *testing.T) {
 			}
 		})
 	}
+}
+
+// links is the history of commits after the first of trees, each with
+// its parent: complete.
+func links(trees ...memtree.Tree) History {
+	h := History{Complete: true}
+	for i := 1; i < len(trees); i++ {
+		h.Links = append(h.Links, Link{Parent: trees[i-1], Commit: trees[i]})
+	}
+	return h
 }
 
 // replica is a worker replica's Publisher on dyn, whose ls-remote of the
@@ -445,18 +455,20 @@ func TestNewerReplicaFindingItsFolderPublishedStillFencesAnOlderWrite(t *testing
 	dyn, _ := optimisticClient()
 	head := "c0"
 	a, b := replica(dyn, &head), replica(dyn, &head)
-	if _, err := a.Publish(ctx, c0, "c0", nil); err != nil {
-		t.Fatal(err)
+	for _, r := range []*Publisher{a, b} {
+		if _, err := r.Publish(ctx, c0, "c0", History{}); err != nil {
+			t.Fatal(err)
+		}
 	}
 	head = "c1" // A pushed C1
 	var errB error
 	a.CheckHeadWith(func(context.Context) (string, error) {
-		was := head                            // A's ls-remote sees C1 ...
-		head = "c2"                            // ... then B pushes C2 and publishes it, before A writes
-		_, errB = b.Publish(ctx, c2, "c2", c1) // after its push from C1
+		was := head                                           // A's ls-remote sees C1 ...
+		head = "c2"                                           // ... then B pushes C2 and publishes it, before A writes
+		_, errB = b.Publish(ctx, c2, "c2", links(c0, c1, c2)) // C1 and C2 since B's last
 		return was, nil
 	})
-	_, errA := a.Publish(ctx, c1, "c1", c0)
+	_, errA := a.Publish(ctx, c1, "c1", links(c0, c1))
 	if rev := revisionOf(t, a, name); rev != want.Revision {
 		t.Errorf("head is C2, the ExternalArtifact is at %s (C1's folder), want C2's %s; A's publish: %v, B's: %v",
 			rev, want.Revision, errA, errB)
@@ -476,15 +488,15 @@ func TestPublishAfterOwnPushTrustsTreesOverAnotherReplicasWrite(t *testing.T) {
 	dyn, _ := optimisticClient()
 	head := "c0"
 	a, b := replica(dyn, &head), replica(dyn, &head)
-	if _, err := b.Publish(ctx, c0, "c0", nil); err != nil {
+	if _, err := b.Publish(ctx, c0, "c0", History{}); err != nil {
 		t.Fatal(err)
 	}
 	head = "c1"
-	if _, err := a.Publish(ctx, c1, "c1", c0); err != nil {
+	if _, err := a.Publish(ctx, c1, "c1", History{}); err != nil {
 		t.Fatal(err)
 	}
 	head = "c2"
-	if _, err := b.Publish(ctx, c2, "c2", c1); err != nil { // on B's push signal: no Forget
+	if _, err := b.Publish(ctx, c2, "c2", links(c0, c1, c2)); err != nil { // on B's push signal: no Forget
 		t.Fatal(err)
 	}
 	if rev := revisionOf(t, b, name); rev != want.Revision {
@@ -510,11 +522,11 @@ func TestAFolderOfASupersededPushIsWrittenByTheNextPublish(t *testing.T) {
 	dyn, _ := optimisticClient()
 	head := "c0"
 	b := replica(dyn, &head)
-	if _, err := b.Publish(ctx, c0, "c0", nil); err != nil {
+	if _, err := b.Publish(ctx, c0, "c0", History{}); err != nil {
 		t.Fatal(err)
 	}
 	head = "c3" // B pushed C2 from C1; C3 came before B published
-	if _, err := b.Publish(ctx, c2, "c2", c1); !errors.Is(err, ErrSuperseded) {
+	if _, err := b.Publish(ctx, c2, "c2", links(c0, c1, c2)); !errors.Is(err, ErrSuperseded) {
 		t.Fatalf("B's publish of C2 with the branch at C3: %v, want ErrSuperseded", err)
 	}
 	writes := func() int {
@@ -528,7 +540,7 @@ func TestAFolderOfASupersededPushIsWrittenByTheNextPublish(t *testing.T) {
 	}
 	before := writes()
 	b.Forget()
-	if _, err := b.Publish(ctx, c3, "c3", nil); err != nil {
+	if _, err := b.Publish(ctx, c3, "c3", links(c0, c1, c2, c3)); err != nil { // still since C0
 		t.Fatal(err)
 	}
 	if writes() != before+1 {
@@ -550,7 +562,7 @@ func TestAFolderOfASupersededPushIsWrittenByTheNextPublish(t *testing.T) {
 	c4["root/tier-templates/premium_tenant_template.yaml"] = "kind: HelmRelease\n# changed\n"
 	head = "c4"
 	before = writes()
-	if _, err := b.Publish(ctx, c4, "c4", c3); err != nil {
+	if _, err := b.Publish(ctx, c4, "c4", links(c3, c4)); err != nil {
 		t.Fatal(err)
 	}
 	if writes() != before {
@@ -588,14 +600,14 @@ func TestAPeriodicPublishReadsEachKindOnce(t *testing.T) {
 		map[schema.GroupVersionResource]string{flux.Kustomizations: "KustomizationList", flux.ExternalArtifacts: "ExternalArtifactList"}, template)
 	p := New(Options{Layout: gitops.Layout{Root: "root"}, Namespace: "flux-system", Client: dyn, Template: "dataplane-tenants",
 		URL: "http://worker:8081", Branch: "main"})
-	folders, err := p.Publish(ctx, tree, "c1", nil)
+	folders, err := p.Publish(ctx, tree, "c1", History{})
 	if err != nil || len(folders) != 12 {
 		t.Fatalf("first publish: %d folders, %v", len(folders), err)
 	}
 	built := p.built[path.Join("root/tenants/premium", "shard-00")].a.Data
 	dyn.ClearActions()
 	p.Forget()
-	if _, err := p.Publish(ctx, tree, "c1", nil); err != nil {
+	if _, err := p.Publish(ctx, tree, "c1", History{Complete: true}); err != nil {
 		t.Fatal(err)
 	}
 	verbs := map[string]int{}
@@ -607,5 +619,80 @@ func TestAPeriodicPublishReadsEachKindOnce(t *testing.T) {
 	}
 	if again := p.built[path.Join("root/tenants/premium", "shard-00")].a.Data; &again[0] != &built[0] {
 		t.Error("an unchanged folder's archive was built again")
+	}
+}
+
+// TestTwoOwnPushesBeforeAPublishStillFenceAnOlderWrite: A publishes C1
+// (b offboarded): it lists the object (at C0's folder) and its ls-remote
+// sees C1. B's pipeline then pushes C2 (b onboarded again: C0's folder)
+// and, before B's publisher takes the repository lock, pushes C3 (a change
+// outside the shard folders). ReadPushed hands B's publish of C3 the base
+// of its last push only, C2, so shard-00 was not written (the object
+// already points at C0's archive) and A's write, read before, landed: the
+// shard Kustomization applied C1's folder and pruned b. Now every commit
+// since B's last publish counts.
+func TestTwoOwnPushesBeforeAPublishStillFenceAnOlderWrite(t *testing.T) {
+	ctx := context.Background()
+	c0, c1, c2, want := abaCommits(t)
+	c3 := memtree.Tree{}
+	for k, v := range c2 {
+		c3[k] = v
+	}
+	c3["root/tier-templates/premium_tenant_template.yaml"] = "kind: HelmRelease\n# C3\n"
+	name := Name("premium", "shard-00")
+	dyn, _ := optimisticClient()
+	head := "c0"
+	a, b := replica(dyn, &head), replica(dyn, &head)
+	for _, r := range []*Publisher{a, b} {
+		if _, err := r.Publish(ctx, c0, "c0", History{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	head = "c1" // A pushed C1
+	var errB error
+	a.CheckHeadWith(func(context.Context) (string, error) {
+		was := head                                               // A's ls-remote sees C1 ...
+		head = "c2"                                               // ... then B pushes C2 from C1 ...
+		head = "c3"                                               // ... and C3 from C2, then publishes C3
+		_, errB = b.Publish(ctx, c3, "c3", links(c0, c1, c2, c3)) // all since B's last
+		return was, nil
+	})
+	_, errA := a.Publish(ctx, c1, "c1", links(c0, c1))
+	if rev := revisionOf(t, a, name); rev != want.Revision {
+		t.Errorf("head is C3, the ExternalArtifact is at %s (C1's folder), want C2's and C3's %s; A's publish: %v, B's: %v",
+			rev, want.Revision, errA, errB)
+	}
+}
+
+// TestAPushWhoseBaseIsUnknownStillFencesAnOlderWrite: as above, but B
+// publishes C2 with no base: B restarted between its push and its publish
+// (pushedFrom and pending are in memory), or its push landed but the
+// reply was lost, or C2 is another writer's commit. Nobody wrote shard-00
+// after C2 was on the branch, and A's write of C1's folder, read before,
+// landed. Now a first publish writes every folder not already from its
+// commit.
+func TestAPushWhoseBaseIsUnknownStillFencesAnOlderWrite(t *testing.T) {
+	ctx := context.Background()
+	c0, c1, c2, want := abaCommits(t)
+	name := Name("premium", "shard-00")
+	dyn, _ := optimisticClient()
+	head := "c0"
+	a := replica(dyn, &head)
+	if _, err := a.Publish(ctx, c0, "c0", History{}); err != nil {
+		t.Fatal(err)
+	}
+	head = "c1" // A pushed C1
+	var errB error
+	a.CheckHeadWith(func(context.Context) (string, error) {
+		was := head
+		head = "c2"                                   // B pushes C2 from C1, then restarts
+		b := replica(dyn, &head)                      // the restarted B
+		_, errB = b.Publish(ctx, c2, "c2", History{}) // its first publish: what changed is not known
+		return was, nil
+	})
+	_, errA := a.Publish(ctx, c1, "c1", links(c0, c1))
+	if rev := revisionOf(t, a, name); rev != want.Revision {
+		t.Errorf("head is C2, the ExternalArtifact is at %s (C1's folder), want C2's %s; A's publish: %v, B's: %v",
+			rev, want.Revision, errA, errB)
 	}
 }
