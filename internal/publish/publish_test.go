@@ -440,41 +440,6 @@ func revisionOf(t *testing.T, p *Publisher, name string) string {
 	return rev
 }
 
-// TestNewerReplicaFindingItsFolderPublishedStillFencesAnOlderWrite: A
-// publishes C1 (b offboarded): reads the object (at C0's folder), its
-// ls-remote sees C1. B then pushes C2 (b onboarded again: C0's folder) and
-// publishes it: the object already points at C2's folder, but B's push
-// changed the folder, so B writes it anyway and its resourceVersion
-// moves. A's write is then refused, and the ExternalArtifact stays at
-// C2's folder (before, B wrote nothing and A's write left it at C1's: the
-// shard Kustomization pruned b).
-func TestNewerReplicaFindingItsFolderPublishedStillFencesAnOlderWrite(t *testing.T) {
-	ctx := context.Background()
-	c0, c1, c2, want := abaCommits(t)
-	name := Name("premium", "shard-00")
-	dyn, _ := optimisticClient()
-	head := "c0"
-	a, b := replica(dyn, &head), replica(dyn, &head)
-	for _, r := range []*Publisher{a, b} {
-		if _, err := r.Publish(ctx, c0, "c0", History{}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	head = "c1" // A pushed C1
-	var errB error
-	a.CheckHeadWith(func(context.Context) (string, error) {
-		was := head                                           // A's ls-remote sees C1 ...
-		head = "c2"                                           // ... then B pushes C2 and publishes it, before A writes
-		_, errB = b.Publish(ctx, c2, "c2", links(c0, c1, c2)) // C1 and C2 since B's last
-		return was, nil
-	})
-	_, errA := a.Publish(ctx, c1, "c1", links(c0, c1))
-	if rev := revisionOf(t, a, name); rev != want.Revision {
-		t.Errorf("head is C2, the ExternalArtifact is at %s (C1's folder), want C2's %s; A's publish: %v, B's: %v",
-			rev, want.Revision, errA, errB)
-	}
-}
-
 // TestPublishAfterOwnPushTrustsTreesOverAnotherReplicasWrite: B published
 // C0; A pushes C1 (b offboarded) and publishes it; B pushes C2 (b again:
 // C0's folder) and publishes after its push, which does not Forget: B's
@@ -622,16 +587,20 @@ func TestAPeriodicPublishReadsEachKindOnce(t *testing.T) {
 	}
 }
 
-// TestTwoOwnPushesBeforeAPublishStillFenceAnOlderWrite: A publishes C1
-// (b offboarded): it lists the object (at C0's folder) and its ls-remote
-// sees C1. B's pipeline then pushes C2 (b onboarded again: C0's folder)
-// and, before B's publisher takes the repository lock, pushes C3 (a change
-// outside the shard folders). ReadPushed hands B's publish of C3 the base
-// of its last push only, C2, so shard-00 was not written (the object
-// already points at C0's archive) and A's write, read before, landed: the
-// shard Kustomization applied C1's folder and pruned b. Now every commit
-// since B's last publish counts.
-func TestTwoOwnPushesBeforeAPublishStillFenceAnOlderWrite(t *testing.T) {
+// TestANewerPublishFencesAnOlderWriteReadBefore: A publishes C1 (b
+// offboarded): it reads the object (at C0's folder) and its ls-remote sees
+// C1. Then, before A writes, B's newer commit is on the branch and B
+// publishes it: C2 (b onboarded again: C0's folder again), C2 and then C3
+// (outside the shard folders) before B's publisher ran, or C2 by a B that
+// restarted between its push and its publish. Each time the object
+// already points at B's folder, and B writes it anyway (the folder changed
+// since B's last publish, or B does not know what changed), so its
+// resourceVersion moves and A's write, read before, is refused. Before,
+// B wrote nothing and A's write left C1's folder: the shard Kustomization
+// pruned b. (The reviews' TestNewerReplicaFindingItsFolderPublished-
+// StillFencesAnOlderWrite, TestTwoOwnPushesBeforeAPublishStillFenceAn-
+// OlderWrite, TestAPushWhoseBaseIsUnknownStillFencesAnOlderWrite.)
+func TestANewerPublishFencesAnOlderWriteReadBefore(t *testing.T) {
 	ctx := context.Background()
 	c0, c1, c2, want := abaCommits(t)
 	c3 := memtree.Tree{}
@@ -639,60 +608,54 @@ func TestTwoOwnPushesBeforeAPublishStillFenceAnOlderWrite(t *testing.T) {
 		c3[k] = v
 	}
 	c3["root/tier-templates/premium_tenant_template.yaml"] = "kind: HelmRelease\n# C3\n"
-	name := Name("premium", "shard-00")
-	dyn, _ := optimisticClient()
-	head := "c0"
-	a, b := replica(dyn, &head), replica(dyn, &head)
-	for _, r := range []*Publisher{a, b} {
-		if _, err := r.Publish(ctx, c0, "c0", History{}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	head = "c1" // A pushed C1
-	var errB error
-	a.CheckHeadWith(func(context.Context) (string, error) {
-		was := head                                               // A's ls-remote sees C1 ...
-		head = "c2"                                               // ... then B pushes C2 from C1 ...
-		head = "c3"                                               // ... and C3 from C2, then publishes C3
-		_, errB = b.Publish(ctx, c3, "c3", links(c0, c1, c2, c3)) // all since B's last
-		return was, nil
-	})
-	_, errA := a.Publish(ctx, c1, "c1", links(c0, c1))
-	if rev := revisionOf(t, a, name); rev != want.Revision {
-		t.Errorf("head is C3, the ExternalArtifact is at %s (C1's folder), want C2's and C3's %s; A's publish: %v, B's: %v",
-			rev, want.Revision, errA, errB)
-	}
-}
-
-// TestAPushWhoseBaseIsUnknownStillFencesAnOlderWrite: as above, but B
-// publishes C2 with no base: B restarted between its push and its publish
-// (pushedFrom and pending are in memory), or its push landed but the
-// reply was lost, or C2 is another writer's commit. Nobody wrote shard-00
-// after C2 was on the branch, and A's write of C1's folder, read before,
-// landed. Now a first publish writes every folder not already from its
-// commit.
-func TestAPushWhoseBaseIsUnknownStillFencesAnOlderWrite(t *testing.T) {
-	ctx := context.Background()
-	c0, c1, c2, want := abaCommits(t)
-	name := Name("premium", "shard-00")
-	dyn, _ := optimisticClient()
-	head := "c0"
-	a := replica(dyn, &head)
-	if _, err := a.Publish(ctx, c0, "c0", History{}); err != nil {
-		t.Fatal(err)
-	}
-	head = "c1" // A pushed C1
-	var errB error
-	a.CheckHeadWith(func(context.Context) (string, error) {
-		was := head
-		head = "c2"                                   // B pushes C2 from C1, then restarts
-		b := replica(dyn, &head)                      // the restarted B
-		_, errB = b.Publish(ctx, c2, "c2", History{}) // its first publish: what changed is not known
-		return was, nil
-	})
-	_, errA := a.Publish(ctx, c1, "c1", links(c0, c1))
-	if rev := revisionOf(t, a, name); rev != want.Revision {
-		t.Errorf("head is C2, the ExternalArtifact is at %s (C1's folder), want C2's %s; A's publish: %v, B's: %v",
-			rev, want.Revision, errA, errB)
+	for _, tc := range []struct {
+		name string
+		// newer pushes B's commits (moves head) and publishes them.
+		newer func(b *Publisher, head *string, dyn *dynfake.FakeDynamicClient) error
+	}{
+		{"B pushed C2", func(b *Publisher, head *string, _ *dynfake.FakeDynamicClient) error {
+			*head = "c2"
+			_, err := b.Publish(ctx, c2, "c2", links(c0, c1, c2))
+			return err
+		}},
+		{"B pushed C2 and C3 before publishing", func(b *Publisher, head *string, _ *dynfake.FakeDynamicClient) error {
+			*head = "c3"
+			_, err := b.Publish(ctx, c3, "c3", links(c0, c1, c2, c3))
+			return err
+		}},
+		{"B pushed C2 and restarted before publishing", func(_ *Publisher, head *string, dyn *dynfake.FakeDynamicClient) error {
+			*head = "c2"
+			_, err := replica(dyn, head).Publish(ctx, c2, "c2", History{}) // a first publish: what changed is not known
+			return err
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dyn, conflicts := optimisticClient()
+			head := "c0"
+			a, b := replica(dyn, &head), replica(dyn, &head)
+			for _, r := range []*Publisher{a, b} {
+				if _, err := r.Publish(ctx, c0, "c0", History{}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			head = "c1" // A pushed C1
+			var errB error
+			interleaved := false
+			a.CheckHeadWith(func(context.Context) (string, error) {
+				was := head // A's ls-remote sees C1; then B, before A writes
+				if !interleaved {
+					interleaved = true
+					errB = tc.newer(b, &head, dyn)
+				}
+				return was, nil
+			})
+			_, errA := a.Publish(ctx, c1, "c1", links(c0, c1))
+			if !interleaved || *conflicts != 1 || !errors.Is(errA, ErrSuperseded) {
+				t.Errorf("planned interleaving: B published between A's read and write %v, conflicts %d (want 1), A's publish %v (want ErrSuperseded)", interleaved, *conflicts, errA)
+			}
+			if rev := revisionOf(t, a, Name("premium", "shard-00")); rev != want.Revision || errB != nil {
+				t.Errorf("the head is B's, the ExternalArtifact is at %s (C1's folder), want B's %s; B's publish: %v", rev, want.Revision, errB)
+			}
+		})
 	}
 }
