@@ -88,31 +88,15 @@ func TestShardArtifactsOnARealControlPlane(t *testing.T) {
 	t.Cleanup(func() { hs.Close() })
 	publishHead := func() []publish.Folder {
 		t.Helper()
-		snap, err := repo.Snapshot(repo.Head())
-		if err != nil {
-			t.Fatal(err)
-		}
+		var folders []publish.Folder
 		// What the branch went through since the last publish, as the
-		// worker gives it (pipeline.ReadSince).
-		var h publish.History
-		for c := repo.Head(); pub.Last() != ""; {
-			if c.String() == pub.Last() {
-				h.Complete = true
-				break
-			}
-			parents, _, err := repo.CommitInfo(c)
-			if err != nil || len(parents) == 0 {
-				t.Fatalf("%s is not after the last published %s", repo.Head(), pub.Last())
-			}
-			parent, err1 := repo.Snapshot(parents[0])
-			commit, err2 := repo.Snapshot(c)
-			if err1 != nil || err2 != nil {
-				t.Fatal(err1, err2)
-			}
-			h.Links = append([]publish.Link{{Parent: parent, Commit: commit}}, h.Links...)
-			c = parents[0]
-		}
-		folders, err := pub.Publish(ctx, snap, repo.Head().String(), h)
+		// worker reads it.
+		err := p.ReadSince(ctx, pub.Last(), 64, func(chain []*gitrepo.Snapshot, complete bool) error {
+			head := chain[len(chain)-1]
+			var err error
+			folders, err = pub.Publish(ctx, head, head.Commit.String(), publish.NewHistory(chain, complete))
+			return err
+		})
 		if err != nil {
 			t.Fatal(err)
 		}

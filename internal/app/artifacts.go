@@ -99,24 +99,12 @@ func servePublisher(ctx context.Context, o wconfig.Options, ln net.Listener, pub
 			}
 			pub.Forget() // read every object again: one deleted or written elsewhere is made right
 		}
-		err := p.ReadSince(ctx, pub.Last(), maxHistory, func(r gitops.Reader, links []pipeline.Link, complete bool) error {
-			snap, ok := r.(*gitrepo.Snapshot)
-			if !ok {
-				return errors.New("the branch is not a git snapshot")
-			}
+		err := p.ReadSince(ctx, pub.Last(), maxHistory, func(chain []*gitrepo.Snapshot, complete bool) error {
 			// What the branch went through since the last publish: the
 			// folders any of it changed are written even if they look
 			// published, so that an older publish in flight is refused.
-			h := publish.History{Complete: complete}
-			for _, l := range links {
-				parent, ok1 := l.Parent.(*gitrepo.Snapshot)
-				commit, ok2 := l.Commit.(*gitrepo.Snapshot)
-				if !ok1 || !ok2 {
-					h = publish.History{}
-					break
-				}
-				h.Links = append(h.Links, publish.Link{Parent: parent, Commit: commit})
-			}
+			h := publish.NewHistory(chain, complete)
+			snap := chain[len(chain)-1]
 			folders, err := pub.Publish(ctx, snap, snap.Commit.String(), h)
 			for _, f := range folders {
 				if f.Changed {

@@ -107,10 +107,7 @@ func handover(ctx context.Context, opts config.Options, repo *gitrepo.Repo, base
 		}
 		if err != nil {
 			// Nothing pushed: the tenants Kustomization applies as before.
-			if _, rerr := h.suspend(context.WithoutCancel(ctx), tenantsK, false); rerr != nil {
-				err = fmt.Errorf("%w (and resuming %s failed: %v; resume it by hand)", err, tenantsK, rerr)
-			}
-			return fail(err)
+			return fail(h.resume(ctx, err, tenantsK))
 		}
 		line.Clear()
 		fmt.Fprintln(stdout, msg)
@@ -205,6 +202,18 @@ func (h *handing) suspend(ctx context.Context, name string, on bool) (string, er
 		return "", fmt.Errorf("set %s's suspend to %v: %w", name, on, err)
 	}
 	return token, nil
+}
+
+// resume takes the suspend off names after a step that pushed nothing
+// failed with err, even when ctx has ended, and returns err with any
+// resume that failed too.
+func (h *handing) resume(ctx context.Context, err error, names ...string) error {
+	for _, name := range names {
+		if _, rerr := h.suspend(context.WithoutCancel(ctx), name, false); rerr != nil {
+			err = fmt.Errorf("%w (and resuming %s failed: %v; resume it by hand)", err, name, rerr)
+		}
+	}
+	return err
 }
 
 // quiesce suspends the Kustomizations names and waits until none has an
@@ -390,12 +399,7 @@ func (h *handing) back(ctx context.Context, repo *gitrepo.Repo, base, l gitops.L
 			return fmt.Errorf("%w (the branch was handed back already; the shard Kustomizations stay suspended, which deletes nothing: run this again)", err)
 		}
 		// Nothing pushed: the shard Kustomizations still apply the tenants.
-		for _, name := range shardKs {
-			if _, rerr := h.suspend(context.WithoutCancel(ctx), name, false); rerr != nil {
-				err = fmt.Errorf("%w (and resuming %s failed: %v; resume it by hand)", err, name, rerr)
-			}
-		}
-		return fmt.Errorf("%w (nothing was pushed and the shard Kustomizations were resumed: run this again)", err)
+		return fmt.Errorf("%w (nothing was pushed and the shard Kustomizations were resumed: run this again)", h.resume(ctx, err, shardKs...))
 	}
 	commit := repo.Head()
 	if l.ShardKustomizations {

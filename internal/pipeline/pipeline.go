@@ -225,49 +225,35 @@ func (p *Pipeline) readAt(ctx context.Context, commit plumbing.Hash, fetch bool,
 	return fn(snap)
 }
 
-// Link is one commit of the branch with its first parent.
-type Link struct{ Parent, Commit gitops.Reader }
-
-// ReadSince calls fn, under the repository lock, with the branch as last
-// seen and the commits on its first-parent chain after since, each with
-// its parent, oldest first: at most max of them. complete says the steps
-// reach back to since; it is false when since is empty, not found within
-// max commits, or not on the chain (history rewritten).
-func (p *Pipeline) ReadSince(ctx context.Context, since string, max int, fn func(head gitops.Reader, links []Link, complete bool) error) error {
+// ReadSince calls fn, under the repository lock, with the branch's
+// first-parent chain from since to the branch as last seen, oldest first,
+// both included: at most max commits after since. complete says the chain
+// starts at since; without it (since empty, not found within max commits,
+// or not on the chain: history rewritten) the chain is the head alone.
+func (p *Pipeline) ReadSince(ctx context.Context, since string, max int, fn func(chain []*gitrepo.Snapshot, complete bool) error) error {
 	return p.locked(ctx, func() error {
-		head := p.repo.Head()
-		return p.readAt(ctx, head, false, func(r gitops.Reader) error {
-			var steps []Link
-			complete := false
-			for c := head; since != ""; {
-				if c.String() == since {
-					complete = true
-					break
-				}
-				if len(steps) == max {
-					break
-				}
-				parents, _, err := p.repo.CommitInfo(c)
-				if err != nil || len(parents) == 0 {
-					break
-				}
-				parent, err := p.repo.Snapshot(parents[0])
-				if err != nil {
-					break
-				}
-				commit, err := p.repo.Snapshot(c)
-				if err != nil {
-					break
-				}
-				steps = append(steps, Link{Parent: parent, Commit: commit})
-				c = parents[0]
+		head, err := p.repo.Snapshot(p.repo.Head())
+		if err != nil {
+			return fmt.Errorf("open %s: %w", p.repo.Head(), err)
+		}
+		chain := []*gitrepo.Snapshot{head}
+		for since != "" && len(chain) <= max+1 {
+			c := chain[len(chain)-1]
+			if c.Commit.String() == since {
+				slices.Reverse(chain)
+				return fn(chain, true)
 			}
-			if !complete {
-				steps = nil // not enough to know what changed: the caller assumes anything did
+			parents, _, err := p.repo.CommitInfo(c.Commit)
+			if err != nil || len(parents) == 0 {
+				break
 			}
-			slices.Reverse(steps)
-			return fn(r, steps, complete)
-		})
+			parent, err := p.repo.Snapshot(parents[0])
+			if err != nil {
+				break
+			}
+			chain = append(chain, parent)
+		}
+		return fn([]*gitrepo.Snapshot{head}, false)
 	})
 }
 

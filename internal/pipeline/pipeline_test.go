@@ -590,42 +590,42 @@ func TestReadSinceGivesTheCommitsAfter(t *testing.T) {
 		t.Fatal(err)
 	}
 	file := templates.Root + "/tenants/premium/tenant-1.yaml"
-	read := func(since string, max int) (links []Link, complete bool) {
+	read := func(since string, max int) (chain []*gitrepo.Snapshot, complete bool) {
 		t.Helper()
-		if err := e.p.ReadSince(ctx, since, max, func(_ gitops.Reader, l []Link, c bool) error {
-			links, complete = l, c
+		if err := e.p.ReadSince(ctx, since, max, func(c []*gitrepo.Snapshot, ok bool) error {
+			chain, complete = c, ok
 			return nil
 		}); err != nil {
 			t.Fatal(err)
 		}
-		return links, complete
+		return chain, complete
 	}
-	links, complete := read(before, 10)
-	if !complete || len(links) != 2 {
-		t.Fatalf("since the commit before the push: %d links, complete %v; want the push and the other writer's commit", len(links), complete)
+	chain, complete := read(before, 10)
+	if !complete || len(chain) != 3 {
+		t.Fatalf("since the commit before the push: %d commits, complete %v; want it, the push and the other writer's commit", len(chain), complete)
 	}
-	if p := links[0].Parent.(*gitrepo.Snapshot); p.Commit.String() != before {
-		t.Errorf("the first link's parent is %s, want %s", p.Commit, before)
+	if chain[0].Commit.String() != before {
+		t.Errorf("the chain starts at %s, want %s", chain[0].Commit, before)
 	}
-	if _, err := links[0].Parent.ReadFile(file); err == nil {
+	if _, err := chain[0].ReadFile(file); err == nil {
 		t.Error("the push's parent has the pushed tenant's file")
 	}
-	if _, err := links[0].Commit.ReadFile(file); err != nil {
+	if _, err := chain[1].ReadFile(file); err != nil {
 		t.Errorf("the push lacks the pushed tenant's file: %v", err)
 	}
-	if links[1].Parent.(*gitrepo.Snapshot).Commit != links[0].Commit.(*gitrepo.Snapshot).Commit {
-		t.Error("the links are not in order, oldest first")
+	if parents, _, err := e.p.repo.CommitInfo(chain[2].Commit); err != nil || parents[0] != chain[1].Commit {
+		t.Error("the chain is not in order, oldest first")
 	}
+	head := chain[2].Commit.String()
 	for _, tc := range []struct {
 		since string
 		max   int
 	}{{"", 10}, {strings.Repeat("ab", 20), 10}, {before, 1}} {
-		if links, complete := read(tc.since, tc.max); complete || len(links) != 0 {
-			t.Errorf("since %q, at most %d: %d links, complete %v; want none, incomplete", tc.since, tc.max, len(links), complete)
+		if chain, complete := read(tc.since, tc.max); complete || len(chain) != 1 || chain[0].Commit.String() != head {
+			t.Errorf("since %q, at most %d: %d commits, complete %v; want the head alone, incomplete", tc.since, tc.max, len(chain), complete)
 		}
 	}
-	head := links[1].Commit.(*gitrepo.Snapshot).Commit.String()
-	if links, complete := read(head, 10); !complete || len(links) != 0 {
-		t.Errorf("since the head: %d links, complete %v; want none, complete", len(links), complete)
+	if chain, complete := read(head, 10); !complete || len(chain) != 1 {
+		t.Errorf("since the head: %d commits, complete %v; want the head alone, complete", len(chain), complete)
 	}
 }

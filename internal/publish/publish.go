@@ -92,10 +92,8 @@ type Publisher struct {
 	// a periodic publish, which reads every object again, builds nothing
 	// again.
 	built map[string]builtDir
-	// last is the commit last published without an error; everything says
-	// that what changed since is not known, and every folder is written.
-	last       string
-	everything bool
+	// last is the commit last published without an error.
+	last string
 	// pending are the folders changed since last whose objects are not
 	// written yet: each is written at the next publish even if it already
 	// points at the same archive (see Publish).
@@ -213,7 +211,7 @@ var ErrSuperseded = errors.New("superseded by a newer commit")
 // content), unless it is already from this commit: its resourceVersion
 // moves, so a replica that read it before, to publish an older commit
 // that was the head then, is refused. With h incomplete (the first
-// publish, a long or rewritten history) every folder is written that way.
+// publish, a long or rewritten history) every folder counts as changed.
 // A publish after a push comes after any older publish's head check:
 // either its write comes last, or the older write is refused. Otherwise
 // Publish points at nothing and returns ErrSuperseded; the folders still
@@ -232,9 +230,6 @@ func (p *Publisher) Publish(ctx context.Context, snap Source, commit string, h H
 		}
 		return nil, err
 	}
-	p.mu.Lock()
-	p.everything = p.everything || !h.Complete
-	p.mu.Unlock()
 	tiers, err := l.Tiers(snap)
 	if err != nil {
 		return nil, fmt.Errorf("list tiers: %w", err)
@@ -255,13 +250,10 @@ func (p *Publisher) Publish(ctx context.Context, snap Source, commit string, h H
 				continue
 			}
 			dir := path.Join(l.TierDir(tier), shard)
-			for _, link := range h.Links {
-				if changedFrom(link.Parent, link.Commit, dir) {
-					p.mu.Lock()
-					p.pending[dir] = true
-					p.mu.Unlock()
-					break
-				}
+			if h.changed(dir) {
+				p.mu.Lock()
+				p.pending[dir] = true
+				p.mu.Unlock()
 			}
 			c, err := p.read(ctx, v, snap, commit, tier, shard, dir)
 			switch {
@@ -292,7 +284,7 @@ func (p *Publisher) Publish(ctx context.Context, snap Source, commit string, h H
 	}
 	if len(errs) == 0 {
 		p.mu.Lock()
-		p.last, p.everything = commit, false
+		p.last = commit
 		p.mu.Unlock()
 	}
 	return out, errors.Join(errs...)
@@ -301,15 +293,39 @@ func (p *Publisher) Publish(ctx context.Context, snap Source, commit string, h H
 // History is what the branch went through since the Publisher's last
 // published commit.
 type History struct {
-	// Links are the commits after it on the branch's first-parent chain,
-	// each with its parent.
-	Links []Link
-	// Complete says Links reach back to it.
+	// Chain is the branch's first-parent chain from that commit to the one
+	// published, oldest first, both included.
+	Chain []Source
+	// Complete says Chain starts at that commit. Without it, what changed
+	// is not known: every folder counts as changed.
 	Complete bool
 }
 
-// Link is a commit and its first parent.
-type Link struct{ Parent, Commit Source }
+// NewHistory is the History of chain, oldest first.
+func NewHistory[S Source](chain []S, complete bool) History {
+	h := History{Chain: make([]Source, len(chain)), Complete: complete}
+	for i, c := range chain {
+		h.Chain[i] = c
+	}
+	return h
+}
+
+// changed reports whether dir differs between any two commits next to
+// each other in the chain (or cannot be compared), or is not known.
+func (h History) changed(dir string) bool {
+	if !h.Complete {
+		return true
+	}
+	var was string
+	for i, c := range h.Chain {
+		now, err := c.DirHash(dir)
+		if err != nil || i > 0 && now != was {
+			return true
+		}
+		was = now
+	}
+	return false
+}
 
 // Last is the last commit this Publisher published without an error, ""
 // before the first.
@@ -342,7 +358,7 @@ func (p *Publisher) read(ctx context.Context, v *view, snap Source, commit, tier
 	}
 	c.tree = tree
 	p.mu.Lock()
-	same, force := p.trees[dir] == tree, p.pending[dir] || p.everything
+	same, force := p.trees[dir] == tree, p.pending[dir]
 	p.mu.Unlock()
 	if same && !force {
 		return c, nil
@@ -432,17 +448,6 @@ func (p *Publisher) build(snap Source, dir, tree string) (artifact.Artifact, err
 	p.built[dir] = builtDir{tree: tree, a: a}
 	p.mu.Unlock()
 	return a, nil
-}
-
-// changedFrom reports whether dir differs between base and snap (or
-// cannot be compared).
-func changedFrom(base, snap Source, dir string) bool {
-	was, err := base.DirHash(dir)
-	if err != nil {
-		return true
-	}
-	now, err := snap.DirHash(dir)
-	return err != nil || was != now
 }
 
 // serve adds an archive, keeping the object's previous one. A folder can
