@@ -33,7 +33,7 @@ func run() int {
 	giteaRef := flag.Int("gitea-reference", 20, "reference onboardings per size against Gitea")
 	live := flag.Bool("live", true, "also measure the time to live on a control plane with Flux (make controlplane builds it)")
 	liveSizes := flag.String("live-sizes", "10,500", "tenants installed in the cluster for the time to live, comma-separated")
-	liveRequest := flag.Int("live-request", 20, "onboardings per size with the reconcile request")
+	liveRequest := flag.String("live-request", "20", "onboardings per size with the reconcile request: one count for every size, or one per -live-sizes entry (\"20,5\")")
 	liveInterval := flag.Int("live-interval", 20, "onboardings per size at Flux's 1-minute interval, sent at evenly spread moments of it (about a minute each)")
 	kustomizeFlags := flag.String("live-kustomize-flags", "", "flags added to kustomize-controller's for the time to live, e.g. \"--kube-api-qps=1000 --kube-api-burst=2000\" (Flux's defaults when empty)")
 	onLedger := flag.Bool("ledger", true, "also measure the ledger at volume (issue 20): latency with a pre-filled ledger branch, a long backlog, main's revisions for no-ops")
@@ -58,7 +58,7 @@ func run() int {
 	if *refN < 0 {
 		*refN = *onboard
 	}
-	lo := bench.LiveOptions{Request: *liveRequest, Interval: *liveInterval, Binary: *binary, KustomizeFlags: strings.Fields(*kustomizeFlags),
+	lo := bench.LiveOptions{Interval: *liveInterval, Binary: *binary, KustomizeFlags: strings.Fields(*kustomizeFlags),
 		Layouts: strings.Split(*liveLayouts, ","), Shards: *liveShards, ReleaseInterval: *liveReleaseInterval, SampleTimeout: *liveSampleTimeout}
 	var err error
 	if *liveShardInterval != "" {
@@ -69,6 +69,10 @@ func run() int {
 	}
 	if lo.Sizes, err = parseSizes(*liveSizes); err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)
+		return 2
+	}
+	if lo.Request, err = parseSizes(*liveRequest); err != nil || len(lo.Request) != 1 && len(lo.Request) != len(lo.Sizes) {
+		fmt.Fprintf(os.Stderr, "bench: -live-request %q: one count, or one per size of -live-sizes %q\n", *liveRequest, *liveSizes)
 		return 2
 	}
 	ledgerOpts := bench.LedgerOptions{Tenants: *ledgerTenants, Onboard: *ledgerOnboard, Backlog: *ledgerBacklog, BacklogDeployments: *ledgerBacklogDeploy, Shards: *ledgerShards, NoServerGC: *ledgerNoServerGC,

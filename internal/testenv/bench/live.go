@@ -130,12 +130,14 @@ var liveTiers = []string{"premium", "basic"}
 // LiveOptions shape the time-to-live run.
 type LiveOptions struct {
 	Sizes []int
-	// Request and Interval are the onboardings measured per size with and
-	// without the reconcile request.
-	Request, Interval int
-	Binary            string
-	SQSEndpoint       string
-	WorkDir           string
+	// Request is the onboardings measured with the reconcile request: one
+	// count for every size, or one per size (the i-th for Sizes[i]).
+	Request []int
+	// Interval is the onboardings measured per size without it.
+	Interval    int
+	Binary      string
+	SQSEndpoint string
+	WorkDir     string
 	// KustomizeFlags are added to kustomize-controller's.
 	KustomizeFlags []string
 	// Layouts are measured one after the other at each size (LayoutOne
@@ -175,10 +177,13 @@ func RunLive(ctx context.Context, o LiveOptions, progress io.Writer) ([]LiveResu
 			return nil, fmt.Errorf("layout %s needs shard folders (-live-shards)", l)
 		}
 	}
+	if len(o.Request) != 1 && len(o.Request) != len(o.Sizes) {
+		return nil, fmt.Errorf("%d sample counts for %d sizes: give one, or one per size", len(o.Request), len(o.Sizes))
+	}
 	var out []LiveResult
-	for _, n := range o.Sizes {
+	for i, n := range o.Sizes {
 		for _, l := range layouts {
-			r, err := liveSize(ctx, o, n, l, progress)
+			r, err := liveSize(ctx, o, n, o.Request[min(i, len(o.Request)-1)], l, progress)
 			if err != nil {
 				return out, fmt.Errorf("time to live at %d tenants, layout %s: %w", n, l, err)
 			}
@@ -208,7 +213,7 @@ func liveTenant(reconcile bool, i int) (id, tier string) {
 	return fmt.Sprintf("live-%v-%d", reconcile, i), liveTiers[i%len(liveTiers)]
 }
 
-func liveSize(ctx context.Context, o LiveOptions, n int, layout string, progress io.Writer) (LiveResult, error) {
+func liveSize(ctx context.Context, o LiveOptions, n, request int, layout string, progress io.Writer) (LiveResult, error) {
 	l := laid(layout, o.Shards)
 	res := LiveResult{Tenants: n, KustomizeFlags: o.KustomizeFlags, Layout: layout, Shards: l.Shards, ReleaseInterval: o.ReleaseInterval}
 	sampleTimeout := cmp.Or(o.SampleTimeout, defaultSampleTimeout)
@@ -270,7 +275,7 @@ func liveSize(ctx context.Context, o LiveOptions, n int, layout string, progress
 		queues = append(queues, q)
 	}
 	if layout == LayoutTiers || layout == LayoutShards {
-		if err := gitKustomizations(ctx, cp, l, n, o.Request, o.ShardInterval); err != nil {
+		if err := gitKustomizations(ctx, cp, l, n, request, o.ShardInterval); err != nil {
 			return res, err
 		}
 		if o.ShardInterval > 0 {
@@ -318,7 +323,7 @@ func liveSize(ctx context.Context, o LiveOptions, n int, layout string, progress
 		reconcile bool
 		count     int
 		stats     *Stats
-	}{{"with the reconcile request", true, o.Request, &res.Request}, {"at Flux's interval", false, o.Interval, &res.Interval}} {
+	}{{"with the reconcile request", true, request, &res.Request}, {"at Flux's interval", false, o.Interval, &res.Interval}} {
 		if mode.count == 0 {
 			continue
 		}
