@@ -35,7 +35,7 @@ func run() int {
 	liveSizes := flag.String("live-sizes", "10,500", "tenants installed in the cluster for the time to live, comma-separated")
 	liveRequest := flag.String("live-request", "20", "onboardings per size with the reconcile request: one count for every size, or one per -live-sizes entry (\"20,5\")")
 	liveInterval := flag.Int("live-interval", 20, "onboardings per size at Flux's 1-minute interval, sent at evenly spread moments of it (about a minute each)")
-	kustomizeFlags := flag.String("live-kustomize-flags", "", "flags added to kustomize-controller's for the time to live, e.g. \"--kube-api-qps=1000 --kube-api-burst=2000\" (Flux's defaults when empty)")
+	kustomizeFlags := flag.String("live-kustomize-flags", "", "flags added to kustomize-controller's for the time to live, e.g. \"--concurrent-ssa=8\" (Flux's defaults when empty; the control plane has API Priority and Fairness, so Flux ignores --kube-api-qps and --kube-api-burst)")
 	onLedger := flag.Bool("ledger", true, "also measure the ledger at volume (issue 20): latency with a pre-filled ledger branch, a long backlog, main's revisions for no-ops")
 	ledgerTenants := flag.Int("ledger-tenants", 1000, "tenants already in the repository for the ledger at volume")
 	ledgerIDs := flag.String("ledger-ids", "0,100000,1000000", "message ids in the ledger branch before the worker starts, one worker per count, comma-separated")

@@ -71,8 +71,7 @@ type Options struct {
 	// Flux runs source-, kustomize- and helm-controller.
 	Flux bool
 	// KustomizeFlags are added to kustomize-controller's (the bench's
-	// -live-kustomize-flags: its API rate limit, --kube-api-qps, bounds the
-	// apply of a large folder).
+	// -live-kustomize-flags, such as --concurrent-ssa).
 	KustomizeFlags []string
 }
 
