@@ -71,8 +71,12 @@ func run() int {
 		fmt.Fprintln(os.Stderr, "bench:", err)
 		return 2
 	}
-	if lo.Request, err = parseSizes(*liveRequest); err != nil || len(lo.Request) != 1 && len(lo.Request) != len(lo.Sizes) {
-		fmt.Fprintf(os.Stderr, "bench: -live-request %q: one count, or one per size of -live-sizes %q\n", *liveRequest, *liveSizes)
+	if lo.Request, err = parseSizes(*liveRequest); err != nil {
+		fmt.Fprintln(os.Stderr, "bench: -live-request:", err)
+		return 2
+	}
+	if err := lo.Check(); err != nil && *live && (*only == "" || *only == "live") {
+		fmt.Fprintln(os.Stderr, "bench:", err)
 		return 2
 	}
 	ledgerOpts := bench.LedgerOptions{Tenants: *ledgerTenants, Onboard: *ledgerOnboard, Backlog: *ledgerBacklog, BacklogDeployments: *ledgerBacklogDeploy, Shards: *ledgerShards, NoServerGC: *ledgerNoServerGC,

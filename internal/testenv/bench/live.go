@@ -163,24 +163,33 @@ type LiveOptions struct {
 	ShardInterval time.Duration
 }
 
+// Check says what in o RunLive would refuse, so that a caller can refuse
+// it before the runs that come first.
+func (o LiveOptions) Check() error {
+	for _, l := range o.Layouts {
+		if !slices.Contains(Layouts, l) {
+			return fmt.Errorf("no layout %q: the layouts are %s", l, strings.Join(Layouts, ", "))
+		}
+		if !oneKustomization(l) && l != LayoutTiers && o.Shards < 1 {
+			return fmt.Errorf("layout %s needs shard folders (-live-shards)", l)
+		}
+	}
+	if len(o.Request) != 1 && len(o.Request) != len(o.Sizes) {
+		return fmt.Errorf("%d sample counts (-live-request) for %d sizes (-live-sizes): give one, or one per size", len(o.Request), len(o.Sizes))
+	}
+	return nil
+}
+
 // RunLive measures the time to live at each size in each layout, one
 // control plane per size and layout (the platform's objects, n tenants of
 // premium and basic installed first).
 func RunLive(ctx context.Context, o LiveOptions, progress io.Writer) ([]LiveResult, error) {
+	if err := o.Check(); err != nil {
+		return nil, err
+	}
 	layouts := o.Layouts
 	if len(layouts) == 0 {
 		layouts = []string{LayoutOne}
-	}
-	for _, l := range layouts {
-		if !slices.Contains(Layouts, l) {
-			return nil, fmt.Errorf("no layout %q: the layouts are %s", l, strings.Join(Layouts, ", "))
-		}
-		if !oneKustomization(l) && l != LayoutTiers && o.Shards < 1 {
-			return nil, fmt.Errorf("layout %s needs shard folders (-live-shards)", l)
-		}
-	}
-	if len(o.Request) != 1 && len(o.Request) != len(o.Sizes) {
-		return nil, fmt.Errorf("%d sample counts for %d sizes: give one, or one per size", len(o.Request), len(o.Sizes))
 	}
 	var out []LiveResult
 	for i, n := range o.Sizes {
