@@ -181,19 +181,19 @@ func (p *process) addr(t *testing.T) string {
 }
 
 // drainAll receives and deletes every message of a queue and returns their
-// bodies and attributes as text.
+// bodies and attributes as text. It ends when the queue holds none, in
+// flight included: an empty receive alone is no proof, since a message
+// another reader holds (`send --wait` takes every event it sees and gives
+// back the others) is invisible until given back or its visibility ends.
 func (h *harness) drainAll(url string) string {
 	h.t.Helper()
 	var b strings.Builder
-	for {
+	h.waitFor("the queue "+queueName(url)+" to be drained", 90*time.Second, func() bool {
 		out, err := h.api.ReceiveMessage(context.Background(), &sqs.ReceiveMessageInput{
 			QueueUrl: aws.String(url), MaxNumberOfMessages: 10, WaitTimeSeconds: 1, MessageAttributeNames: []string{"All"},
 		})
 		if err != nil {
 			h.t.Fatal(err)
-		}
-		if len(out.Messages) == 0 {
-			return b.String()
 		}
 		for _, m := range out.Messages {
 			if !strings.HasSuffix(url, "-dlq") {
@@ -206,5 +206,7 @@ func (h *harness) drainAll(url string) string {
 			}
 			_, _ = h.api.DeleteMessage(context.Background(), &sqs.DeleteMessageInput{QueueUrl: aws.String(url), ReceiptHandle: m.ReceiptHandle})
 		}
-	}
+		return len(out.Messages) == 0 && h.queueCount(url) == 0
+	})
+	return b.String()
 }
