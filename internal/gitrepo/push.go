@@ -33,6 +33,26 @@ func (r *Repo) track(commit plumbing.Hash, parent plumbing.Hash, objects objectL
 	r.trackedCount += len(objects.hashes) + 1
 }
 
+// Forget drops what track remembers of commits that will never be pushed
+// (a batch's per-message ledger commits, once squashed into one).
+func (r *Repo) Forget(commits ...plumbing.Hash) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, c := range commits {
+		r.untrack(c)
+	}
+}
+
+// untrack drops commit's record; the caller holds r.mu.
+func (r *Repo) untrack(commit plumbing.Hash) (written, bool) {
+	w, ok := r.written[commit]
+	if ok {
+		delete(r.written, commit)
+		r.trackedCount -= len(w.objects)
+	}
+	return w, ok
+}
+
 type written struct {
 	parent  plumbing.Hash
 	objects []plumbing.Hash
@@ -128,11 +148,10 @@ func (r *Repo) PushRefs(ctx context.Context, main, ledger Move) error {
 	r.mu.Lock()
 	for _, m := range []Move{main, ledger} {
 		for c := m.New; c != m.Old; {
-			w, ok := r.written[c]
+			w, ok := r.untrack(c)
 			if !ok {
 				break
 			}
-			delete(r.written, c)
 			c = w.parent
 		}
 	}

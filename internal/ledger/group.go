@@ -22,17 +22,31 @@ const (
 	hourMS      = int64(time.Hour / time.Millisecond)
 )
 
-// bucket is the two folder levels a name falls in: the first four hex
-// digits of its sha256, as "h0h1/h2h3" (65,536 groups).
+// bucket is the group a target's key falls in: the first four hex digits
+// of its sha256 (65,536 groups).
 func bucket(name string) string {
 	sum := sha256.Sum256([]byte(name))
-	h := hex.EncodeToString(sum[:2])
-	return h[:2] + "/" + h[2:]
+	return hex.EncodeToString(sum[:2])
 }
 
-// targetPath is the group that holds target, a key as written:
-// targets/<h0h1>/<h2h3>.
-func targetPath(target string) string { return targetsDir + "/" + bucket(target) }
+// targetPath is the group file that holds target, a key as written: one
+// folder level per hex digit, targets/<h0>/<h1>/<h2>/<h3>, so that every
+// tree a record's path rewrites holds at most 16 entries however many
+// targets the ledger holds.
+func targetPath(target string) string {
+	b := bucket(target)
+	return targetsDir + "/" + b[:1] + "/" + b[1:2] + "/" + b[2:3] + "/" + b[3:]
+}
+
+// formerTargetPath is where versions before 2026-12-05 kept the same
+// group: targets/<h0h1>/<h2h3>, two levels of 256, whose folders grew with
+// the targets (160 entries at 21,000 tenants) and were rewritten by every
+// record. Its names (two hex digits) are not those of targetPath's first
+// level (one), so both fit one targets folder while the records move.
+func formerTargetPath(target string) string {
+	b := bucket(target)
+	return targetsDir + "/" + b[:2] + "/" + b[2:]
+}
 
 // messageGroupPath is the group of message id sent at sent (Unix ms) in
 // its hour, messages/<hour, UTC>/<h0h1>, or with a minute folder in that
@@ -74,11 +88,9 @@ func hourOf(sent int64) (name string, start int64) {
 	return t.Format(hourForm), t.UnixMilli()
 }
 
-// newTargets is the empty group that holds target, a key as written:
-// targets/<h0h1>/<h2h3>.
+// newTargets is the empty group that holds target, a key as written.
 func newTargets(target string) *group {
-	b := bucket(target)
-	return &group{path: targetsDir + "/" + b, bucket: b, targets: map[string]Record{}}
+	return &group{path: targetPath(target), former: formerTargetPath(target), bucket: bucket(target), targets: map[string]Record{}}
 }
 
 // hourStart is the start (Unix ms) of the hour an hour folder's name
@@ -94,13 +106,15 @@ func hourStart(name string) (int64, bool) {
 // group is one file of the tree: a group of targets or of message ids.
 type group struct {
 	path    string
-	bucket  string            // "h0h1/h2h3"
+	former  string            // a targets group: its path before 2026-12-05 (formerTargetPath)
+	bucket  string            // a targets group: "h0h1h2h3"; a messages group: "h0h1"
 	targets map[string]Record // a targets group
 	ids     map[string]int64  // a messages group: id -> send time
 	hour    string            // a messages group: its hour folder
 	minute  string            // a minute group: its minute folder ("" for an hour group)
 	start   int64             // a messages group: its hour's start (Unix ms)
 	existed bool              // the tree holds the file
+	moved   bool              // a targets group: the tree holds its former file too, read and merged
 	dirty   bool              // changed since read
 	broken  bool              // unreadable: answers as empty, never written
 }
@@ -154,7 +168,7 @@ func (g *group) render() []byte {
 		return nil
 	}
 	fmt.Fprintf(&b, "# tenant-worker ledger: targets whose key's sha256 starts %s: key, send time (Unix ms, SQS SentTimestamp) of the last message applied to it, value\n",
-		strings.Replace(g.bucket, "/", "", 1))
+		g.bucket)
 	for _, k := range slices.Sorted(maps.Keys(g.targets)) {
 		if r := g.targets[k]; r.Value != "" {
 			fmt.Fprintf(&b, "%s %d %s\n", k, r.MS, r.Value)

@@ -9,7 +9,7 @@
 // its files whatever the volume, and nothing is read but the files a
 // message names:
 //
-//	targets/<h0h1>/<h2h3>                 "key ms [value]" lines, sorted by key
+//	targets/<h0>/<h1>/<h2>/<h3>           "key ms [value]" lines, sorted by key
 //	messages/<YYYYMMDDHH>/<h0h1>          "id ms" lines, sorted by id
 //	messages/<YYYYMMDDHH>/m<MM>/<h0h1>    the same, once the hour's file is full (read whenever an id is not in the hour's)
 //
@@ -24,7 +24,10 @@
 // still be delivered, and old target records from the groups a commit
 // writes anyway.
 //
-// Before this layout the ledger was two flat files in the GitOps tree
+// Versions before 2026-12-05 kept a target's group at targets/<h0h1>/<h2h3>,
+// in folders of up to 256 entries that grew with the targets; a group is
+// read from both paths and, once written, lives at the new one alone.
+// Before that the ledger was two flat files in the GitOps tree
 // (LegacyTargets, LegacyMessages); Import reads them once into this one.
 package ledger
 
@@ -90,28 +93,40 @@ func (l *Ledger) fail(err error) {
 	}
 }
 
-// load reads g, new to the cache, from the tree.
+// load reads g, new to the cache, from the tree: a targets group from its
+// path and from its former one (formerTargetPath), both merged, the newer
+// record winning, so that a record written by a version before the
+// one-digit folders, or by a replica of it still running, is found.
 func (l *Ledger) load(g *group) *group {
 	l.groups[g.path] = g
 	if l.r == nil {
 		return g
 	}
-	b, err := l.r.ReadFile(g.path)
+	g.existed = l.read(g, g.path)
+	if g.former != "" && !g.broken {
+		g.moved = l.read(g, g.former)
+	}
+	return g
+}
+
+// read parses file name into g, and reports whether the tree holds it.
+func (l *Ledger) read(g *group, name string) bool {
+	b, err := l.r.ReadFile(name)
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
+		return false
 	case err != nil:
 		g.broken = true
-		l.fail(fmt.Errorf("read ledger %s: %w", g.path, err))
+		l.fail(fmt.Errorf("read ledger %s: %w", name, err))
 	default:
-		g.existed = true
 		if err := g.parse(b); err != nil {
 			g.broken = true
 			clear(g.targets)
 			clear(g.ids)
-			l.fail(fmt.Errorf("%w: %s: %v", ErrCorrupt, g.path, err))
+			l.fail(fmt.Errorf("%w: %s: %v", ErrCorrupt, name, err))
 		}
 	}
-	return g
+	return true
 }
 
 func (l *Ledger) targets(target string) *group {
@@ -267,6 +282,9 @@ func (l *Ledger) Changes() map[string][]byte {
 			c[p] = b
 		} else if g.existed {
 			c[p] = nil
+		}
+		if g.moved {
+			c[g.former] = nil // its records are in the group's file now
 		}
 	}
 	return c

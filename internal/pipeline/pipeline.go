@@ -42,6 +42,9 @@ type Repository interface {
 	// CanPush tells whether the server would take a push from us now
 	// (reachable, credentials accepted), without pushing.
 	CanPush(ctx context.Context) error
+	// Forget drops what the Repository keeps to push commits that will
+	// never be pushed.
+	Forget(commits ...plumbing.Hash)
 }
 
 // Job is one request of a batch, with the message it came from.
@@ -375,7 +378,8 @@ type batch struct {
 	tip     plumbing.Hash // the last commit of the run
 	// ledgerBase and ledgerTip are the same for the ledger branch.
 	ledgerBase, ledgerTip plumbing.Hash
-	changed               []string // paths the pending commits change
+	ledger                ledgerRun // the jobs' commits on the ledger branch
+	changed               []string  // paths the pending commits change
 	spent                 map[Step]time.Duration
 	plans                 map[int]planned // by job index, shared by the runs of a batch
 }
@@ -444,6 +448,9 @@ func (b *batch) run(ctx context.Context) (again, error) {
 	}
 	if b.dryRun {
 		return "", nil
+	}
+	if err := b.timed(StepCommit, b.squashLedger); err != nil {
+		return "", err
 	}
 	err := b.timed(StepPush, func() error { return b.push(ctx) })
 	if gitrepo.IsConflict(err) {

@@ -283,10 +283,17 @@ func TestBatchOneCommitEachOnePush(t *testing.T) {
 	if log := mustOut(t, e, "log", format, before+"..main"); log != "Adding new tenant a2 in tier basic|m3\nAdding new tenant a1 in tier basic|m1\n" {
 		t.Fatalf("history of main:\n%s", log)
 	}
-	if log := mustOut(t, e, "log", format, "tenant-worker/ledger"); log != "Already in place: Adding new tenant a2 in tier basic|m4\nAdding new tenant a2 in tier basic|m3\n"+
-		"Held: tenant a1 is in tier basic; it moves to tier premium when an offboarding from basic sent before this onboarding arrives|m2\n"+
-		"Adding new tenant a1 in tier basic|m1\n" {
+	// The ledger branch gains one commit for the batch, which names every
+	// message in order: each tree of the ledger is written once a push.
+	if log := mustOut(t, e, "log", "--format=%B", "tenant-worker/ledger"); log != "Ledger: 4 messages\n\n"+
+		"- Adding new tenant a1 in tier basic [message m1]\n"+
+		"- Held: tenant a1 is in tier basic; it moves to tier premium when an offboarding from basic sent before this onboarding arrives [message m2]\n"+
+		"- Adding new tenant a2 in tier basic [message m3]\n"+
+		"- Already in place: Adding new tenant a2 in tier basic [message m4]\n\n" {
 		t.Fatalf("history of the ledger:\n%s", log)
+	}
+	if res[1].Commit.String() != strings.TrimSpace(mustOut(t, e, "rev-parse", "tenant-worker/ledger")) {
+		t.Fatalf("the held message's result names %s, not the ledger commit that holds it", res[1].Commit)
 	}
 	if got := e.obs.pushed(PushSuccess); got != 1 {
 		t.Fatalf("%v pushes, want 1", got)

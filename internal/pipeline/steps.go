@@ -31,7 +31,11 @@ func (b *batch) sync(ctx context.Context) error {
 	b.base, b.tip = head, head
 	b.ledgerBase = b.p.repo.LedgerHead()
 	b.ledgerTip = b.ledgerBase
-	return b.migrate()
+	if err := b.migrate(); err != nil {
+		return err
+	}
+	b.ledger = ledgerRun{start: b.ledgerTip, files: map[string][]byte{}, commits: map[plumbing.Hash]bool{}}
+	return nil
 }
 
 // applyJob renders, commits and validates one job on top of the batch's tip.
@@ -69,13 +73,14 @@ func (b *batch) applyJob(ctx context.Context, i int) {
 	// The records first: a change to the branch Flux reads always comes
 	// with them, a no-op, a held or an already-in-place message with them
 	// alone, and main does not move for it.
-	ledgerCommit, err := b.commit(b.ledgerTip, b.underRoot(plan.Ledger), withTrailers(plan.Message, job))
+	recorded := b.underRoot(plan.Ledger)
+	ledgerCommit, err := b.commit(b.ledgerTip, recorded, withTrailers(plan.Message, job))
 	if err != nil {
 		res.Err = err
 		return
 	}
 	if len(plan.Files) == 0 {
-		b.ledgerTip = ledgerCommit
+		b.keepLedger(ledgerCommit, recorded, plan.Message, job)
 		res.Commit = ledgerCommit // the commit that holds the record
 		b.pending[i] = true
 		return
@@ -124,7 +129,8 @@ func (b *batch) applyJob(ctx context.Context, i int) {
 		res.Err = err // the commit stays an unreferenced object
 		return
 	}
-	b.tip, b.ledgerTip = commit, ledgerCommit
+	b.tip = commit
+	b.keepLedger(ledgerCommit, recorded, plan.Message, job)
 	res.Commit = commit
 	if b.p.opts.Releases {
 		res.Releases = b.p.opts.Layout.Releases(before, plan.Files)
