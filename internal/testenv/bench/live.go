@@ -46,6 +46,9 @@ type LiveResult struct {
 	// helm-controller's).
 	Pushed  Stats `json:"request_pushed"`
 	Created Stats `json:"request_helmrelease_created"`
+	// Helm is each sample's time from its HelmRelease existing to Ready:
+	// helm-controller's part alone.
+	Helm Stats `json:"request_helm_controller"`
 	// IntervalOverRequest is how many times longer the interval path's p50
 	// is.
 	IntervalOverRequest float64 `json:"interval_p50_over_request_p50"`
@@ -346,7 +349,7 @@ func liveSize(ctx context.Context, o LiveOptions, n, request int, layout string,
 			}
 		}
 		fmt.Fprintf(progress, "bench (live): %d tenants, layout %s: %d onboardings %s\n", n, layout, mode.count, mode.name)
-		var ds, pushed, created []time.Duration
+		var ds, pushed, created, helm []time.Duration
 		sent := 0 // samples sent, a timed-out one included
 		refs := refWatcher{dir: srv.RepoPath("live.git")}
 		cpuBefore := cp.CPU()
@@ -389,10 +392,11 @@ func liveSize(ctx context.Context, o LiveOptions, n, request int, layout string,
 			}
 			ds = append(ds, st.ready.Sub(at))
 			pushed, created = append(pushed, st.pushed.Sub(at)), append(created, st.created.Sub(at))
+			helm = append(helm, st.ready.Sub(st.created))
 		}
 		if mode.reconcile {
 			res.CPU = perChange(cpuBefore, cp.CPU(), sent)
-			res.Pushed, res.Created = stats(pushed), stats(created)
+			res.Pushed, res.Created, res.Helm = stats(pushed), stats(created), stats(helm)
 		}
 		w.stop()
 		*mode.stats = stats(ds)

@@ -45,6 +45,13 @@ func TestCheckLayoutTargets(t *testing.T) {
 			}
 		})
 	}
+	// A missed p95 says which stage its time is in.
+	split := row(2000, LayoutArtifacts, 3700, 13300)
+	split.Pushed, split.Created, split.Helm = Stats{P95: 90}, Stats{P95: 1400}, Stats{P50: 2600, P95: 12100}
+	if report, _ := CheckLayoutTargets([]LiveResult{split}); !strings.Contains(report,
+		"2000 tenants: p95 by stage: pushed 0.1 s, HelmRelease made 1.4 s, helm-controller's part 12.1 s (p50 2.6 s)") {
+		t.Errorf("report lacks the p95 by stage:\n%s", report)
+	}
 	timedOut := LiveResult{Tenants: 500, Layout: LayoutArtifacts, Request: Stats{N: 3, P50: 3000, P95: 4000}, TimedOut: &TimedOut{Sample: 4}}
 	if _, err := CheckLayoutTargets([]LiveResult{timedOut}); err == nil || !strings.Contains(err.Error(), "sample 4") {
 		t.Errorf("a timed-out sample: %v, want the target missed", err)
