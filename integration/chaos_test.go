@@ -35,6 +35,14 @@ const (
 	faultKillAfterUpdate fault = "sigkill_after_branch_moved"
 	// Another writer commits just before git receives the push: a lost race.
 	faultRace fault = "lost_race"
+	// The other writer (image automation, a person) commits just before git
+	// receives the push, on every fifth push: a note no plan reads, which
+	// the worker rebases over without planning again, or a YAML file
+	// outside the tiers, which every onboarding's collision check reads,
+	// so its batch is decided again. It goes on past the plan's pushes, into
+	// the offboardings and the whole-tier deployments.
+	faultWriterNote fault = "other_writer_note"
+	faultWriterYAML fault = "other_writer_yaml"
 	// A second replica starts, and later stops with SIGTERM.
 	faultReplicaStart fault = "replica_started"
 	faultReplicaStop  fault = "replica_stopped"
@@ -65,14 +73,16 @@ var faultPlan = map[int64]fault{
 
 // plannedFaults counts the faults every run must inject: the plan's, HTTP
 // 500 on every push numbered 7 mod 10 and a stall on every 40th, up to push
-// 100.
+// 100, and the other writer's up to push 120 (at least: it goes on).
 func plannedFaults() map[fault]int {
 	want := map[fault]int{}
 	for _, f := range faultPlan {
 		want[f]++
 	}
-	for n := int64(1); n <= 100; n++ {
+	for n := int64(1); n <= 120; n++ {
 		switch {
+		case writer(n) != "":
+			want[writer(n)]++
 		case !regular(n):
 		case n%10 == 7:
 			want[fault500]++
@@ -81,6 +91,23 @@ func plannedFaults() map[fault]int {
 		}
 	}
 	return want
+}
+
+// openEnded are the faults injected past the plan's pushes too: a run has
+// at least the planned number.
+var openEnded = map[fault]bool{faultWriterNote: true, faultWriterYAML: true}
+
+// writer is the other writer's commit at push n, if any: on every push
+// numbered 3 mod 5 that nothing else is planned for, a YAML file on every
+// third of them and a note on the others.
+func writer(n int64) fault {
+	if _, planned := faultPlan[n]; planned || n%5 != 3 || regular(n) {
+		return ""
+	}
+	if n/5%3 == 2 {
+		return faultWriterYAML
+	}
+	return faultWriterNote
 }
 
 // regular reports whether push n gets one of the regular faults: HTTP 500
@@ -222,6 +249,13 @@ func (c *chaos) count(f fault, observed bool) {
 	}
 }
 
+// injectedCount is how many times f was injected.
+func (c *chaos) injectedCount(f fault) int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.injected[f]
+}
+
 // kill SIGKILLs the worker that pushes as user and waits for it to exit;
 // it reports whether it did. A replacement starts in the background.
 func (c *chaos) kill(user string) bool {
@@ -305,6 +339,9 @@ func (c *chaos) hook(w http.ResponseWriter, r *http.Request) bool {
 	}
 	n := c.pushes.Add(1)
 	f := faultPlan[n]
+	if f == "" {
+		f = writer(n)
+	}
 	if f == "" && !regular(n) {
 		f = c.takeCarried()
 	}
@@ -334,9 +371,11 @@ func (c *chaos) hook(w http.ResponseWriter, r *http.Request) bool {
 		}
 		copyResponse(w, rec)
 		return false
-	case faultRace:
-		if err := c.foreignCommit(n); err != nil {
-			c.carry(f)
+	case faultRace, faultWriterNote, faultWriterYAML:
+		if err := c.foreignCommit(n, f); err != nil {
+			if f == faultRace {
+				c.carry(f)
+			}
 			return true
 		}
 		rec := c.serve(r)
@@ -435,9 +474,17 @@ func (c *chaos) takeCarried() fault {
 }
 
 // foreignCommit commits to the branch directly in the bare repository, as
-// another writer whose push lands first.
-func (c *chaos) foreignCommit(n int64) error {
-	return c.h.git.WriteFile(repoName, "main", "unrelated/race.txt", fmt.Sprintf("push %d\n", n), fmt.Sprintf("Foreign commit racing push %d", n))
+// another writer whose push lands first: f says which file it writes.
+func (c *chaos) foreignCommit(n int64, f fault) error {
+	file, content := "unrelated/race.txt", fmt.Sprintf("push %d\n", n)
+	switch f {
+	case faultWriterNote:
+		file = fmt.Sprintf("unrelated/note-%d.txt", n%4)
+	case faultWriterYAML:
+		// Declares nothing, but every collision check reads it.
+		file, content = "unrelated/notes.yaml", fmt.Sprintf("# push %d\n", n)
+	}
+	return c.h.git.WriteFile(repoName, "main", file, content, fmt.Sprintf("Foreign commit racing push %d", n))
 }
 
 // serve lets git answer r and records the answer.
@@ -495,7 +542,11 @@ func (c *chaos) check(t *testing.T) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	for f, n := range plannedFaults() {
-		if c.injected[f] != n || c.observed[f] != n {
+		injected := c.injected[f]
+		if openEnded[f] {
+			injected = min(injected, n) // more is fine
+		}
+		if injected != n || c.observed[f] != c.injected[f] {
 			t.Errorf("fault %s: planned %d, injected %d, observed %d", f, n, c.injected[f], c.observed[f])
 		}
 	}

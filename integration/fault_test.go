@@ -1,9 +1,8 @@
 package integration
 
 import (
-	"context"
+	"encoding/json"
 	"fmt"
-	"math/rand/v2"
 	"net/http"
 	"os"
 	"slices"
@@ -13,49 +12,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tenant-worker/tenant-worker/internal/gitrepo"
 	"github.com/tenant-worker/tenant-worker/internal/testenv/fauxqs"
-	"github.com/tenant-worker/tenant-worker/internal/testenv/gitserver"
 )
-
-// otherWriter pushes unrelated commits to the branch every 50-200 ms, the
-// way a person or Flux image automation would, until stopped. It pushes
-// through the same server as user "image-automation", whose pushes the fault
-// injection spares. stop ends it and returns once its last push is done.
-func otherWriter(t *testing.T, srv *gitserver.Server) (pushed *atomic.Int64, stop func()) {
-	t.Helper()
-	repo, err := gitrepo.Open(context.Background(), gitrepo.Options{URL: srv.RepoURL(repoName), Branch: "main",
-		Username: "image-automation", Token: token, AuthorName: "fluxcdbot", AuthorEmail: "fluxcdbot@example.com"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	pushed = new(atomic.Int64)
-	quit, done := make(chan struct{}), make(chan struct{})
-	go func() {
-		defer close(done)
-		r := rand.New(rand.NewPCG(7, 7))
-		for i := 0; ; i++ {
-			select {
-			case <-quit:
-				return
-			case <-time.After(time.Duration(50+r.IntN(150)) * time.Millisecond):
-			}
-			file := map[string][]byte{fmt.Sprintf("unrelated/note-%d.txt", i%20): []byte(fmt.Sprintf("edit %d\n", i))}
-			for try := 0; try < 5; try++ {
-				head := repo.Head()
-				c, err := repo.Commit(head, file, fmt.Sprintf("Unrelated edit %d", i))
-				if err == nil {
-					if err = repo.Push(context.Background(), head, c); err == nil {
-						pushed.Add(1)
-						break
-					}
-				}
-				_, _ = repo.Fetch(context.Background())
-			}
-		}
-	}()
-	return pushed, func() { close(quit); <-done }
-}
 
 // TestFaultRun sends more than 300 messages across the three queues while
 // another writer pushes to the branch, the git server fails and stalls
@@ -87,9 +45,6 @@ func TestFaultRun(t *testing.T) {
 	h.onStall = c.dump
 	h.git.SetHook(c.hook)
 	c.start()
-
-	// (a) another writer, in the background.
-	writes, stopWriter := otherWriter(t, h.httpBackend())
 
 	// The messages. Phase 1: 240 onboardings, 30 bad messages, 20 exact
 	// duplicates. Phase 2: 40 offboardings, a deployment per tier and 5
@@ -152,7 +107,6 @@ func TestFaultRun(t *testing.T) {
 	}
 	h.waitAccounted(want, logs, 240*time.Second)
 	c.stop()
-	stopWriter()
 
 	// Phase 3: latest send time wins. One worker; the git server holds its
 	// push of the onboarding of z1 while the test sends z1's offboarding,
@@ -250,12 +204,22 @@ func TestFaultRun(t *testing.T) {
 		}
 	}
 	longest, recovered := c.recovery(logs)
+	// The other writer's notes touch nothing a plan reads: some batch that
+	// lost to one was rebased; its YAML file is read by every collision
+	// check: some batch that lost to one was decided again.
+	rebased := strings.Count(logs.String(), rebasedLog)
+	if rebased == 0 {
+		t.Errorf("no batch that lost a race was rebased, although %d of the other writer's notes beat a push", c.injectedCount(faultWriterNote))
+	}
+	if !decidedAgain(logs.String()) {
+		t.Errorf("no batch that lost a race was decided again, although %d of the other writer's YAML files beat a push", c.injectedCount(faultWriterYAML))
+	}
 	t.Logf("fault run: %d messages sent: %d applied (one commit each), %d no-ops or stale, %d rejected and dead-lettered, 0 lost; "+
-		"%d redeliveries recognised by the ledger; %d stale; %d unrelated commits by another writer; %d pushes by workers; %d lost push races; "+
+		"%d redeliveries recognised by the ledger; %d stale; %d commits by another writer; %d pushes by workers; %d lost push races (%d rebased); "+
 		"%d transient failures retried through SQS; crash recovery: the %d messages in hand at SIGKILLs handled again within %s "+
 		"(SQS_VISIBILITY_TIMEOUT 5s); faults injected/observed: %s",
-		len(want), applied, len(want)-applied-rejected, rejected, counts["redelivered"], counts["stale"], writes.Load(), c.pushes.Load(),
-		strings.Count(logs.String(), "push lost a race"), strings.Count(logs.String(), "message failed; SQS will redeliver it"),
+		len(want), applied, len(want)-applied-rejected, rejected, counts["redelivered"], counts["stale"], c.injectedCount(faultWriterNote)+c.injectedCount(faultWriterYAML), c.pushes.Load(),
+		strings.Count(logs.String(), "push lost a race"), rebased, strings.Count(logs.String(), "message failed; SQS will redeliver it"),
 		recovered, longest.Round(time.Second), c.report())
 	c.check(t)
 	if counts["redelivered"] < 1 {
@@ -340,4 +304,23 @@ func (h *harness) waitAccounted(want map[string]string, logs *syncBuffer, timeou
 		return true
 	})
 	return counts
+}
+
+// rebasedLog is what a worker logs when it rebases a batch's commits.
+const rebasedLog = "its commits are rebased, not made again"
+
+// decidedAgain reports whether some worker ran a batch again whole after a
+// lost race (an attempt after the first that was not rebased).
+func decidedAgain(log string) bool {
+	for _, line := range strings.Split(log, "\n") {
+		var l struct {
+			Message string `json:"message"`
+			Attempt int    `json:"attempt"`
+			Rebased *bool  `json:"rebased"`
+		}
+		if json.Unmarshal([]byte(line), &l) == nil && l.Message == "batch attempt done" && l.Attempt > 1 && l.Rebased != nil && !*l.Rebased {
+			return true
+		}
+	}
+	return false
 }

@@ -67,9 +67,60 @@ func startControlPlane(t *testing.T, o controlplane.Options) *controlplane.Contr
 			for _, name := range []string{"source-controller", "kustomize-controller", "helm-controller"} {
 				t.Logf("%s log:\n%s", name, cp.Logs(name, 3000))
 			}
+			// The tail above is mostly the platform's Kustomizations; those
+			// the worker makes (one per shard folder) apply its tenants.
+			t.Logf("kustomize-controller on the worker's Kustomizations:\n%s", lastLines(cp.Logs("kustomize-controller", 1<<22), 12000,
+				func(line string) bool { return !strings.Contains(line, `"name":"dataplane-`) }))
+			t.Logf("Flux objects at the end:\n%s", fluxObjects(cp))
 		}
 	})
 	return cp
+}
+
+// lastLines is the last n bytes of the lines of log that keep says to keep.
+func lastLines(log string, n int, keep func(string) bool) string {
+	var b strings.Builder
+	for _, line := range strings.Split(log, "\n") {
+		if keep(line) {
+			b.WriteString(line)
+			b.WriteByte('\n')
+		}
+	}
+	out := b.String()
+	if len(out) > n {
+		out = out[len(out)-n:]
+	}
+	return out
+}
+
+// fluxObjects lists the Kustomizations, ExternalArtifacts and HelmReleases
+// of Flux's namespace with their revisions and Ready condition, for a
+// failed test's log.
+func fluxObjects(cp *controlplane.ControlPlane) string {
+	var b strings.Builder
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	for _, gvr := range []schema.GroupVersionResource{flux.Kustomizations, flux.ExternalArtifacts, flux.HelmReleases} {
+		list, err := cp.Dynamic.Resource(gvr).Namespace(controlplane.Namespace).List(ctx, metav1.ListOptions{})
+		if err != nil {
+			fmt.Fprintf(&b, "%s: %v\n", gvr.Resource, err)
+			continue
+		}
+		for _, o := range list.Items {
+			applied, _, _ := unstructured.NestedString(o.Object, "status", "lastAppliedRevision")
+			artifact, _, _ := unstructured.NestedString(o.Object, "status", "artifact", "revision")
+			ready := ""
+			conds, _, _ := unstructured.NestedSlice(o.Object, "status", "conditions")
+			for _, c := range conds {
+				if m, ok := c.(map[string]any); ok && m["type"] == "Ready" {
+					ready = fmt.Sprintf("%v %v: %v (%v)", m["status"], m["reason"], m["message"], m["lastTransitionTime"])
+				}
+			}
+			fmt.Fprintf(&b, "%s %s deleting=%v applied=%q artifact=%q ready=%s\n", o.GetKind(), o.GetName(),
+				o.GetDeletionTimestamp() != nil, applied, artifact, ready)
+		}
+	}
+	return b.String()
 }
 
 // chartIdentity applies the ServiceAccount and the readiness RBAC the

@@ -150,10 +150,12 @@ type Snapshot struct {
 	subs    map[string]*dirTree // subtrees by path
 	trees   *treeCache          // decoded trees by hash, shared with the Repo
 	objects storer.EncodedObjectStorer
+	reads   *Reads // what is read, when made by Recording
 }
 
 // ReadFile implements gitops.Reader.
 func (s *Snapshot) ReadFile(name string) ([]byte, error) {
+	s.reads.add(readFile, name)
 	dir, base := path.Split(name)
 	t, err := s.subtree(strings.TrimSuffix(dir, "/"))
 	if err != nil {
@@ -168,6 +170,7 @@ func (s *Snapshot) ReadFile(name string) ([]byte, error) {
 
 // ReadDir implements gitops.Reader.
 func (s *Snapshot) ReadDir(name string) ([]string, error) {
+	s.reads.add(readNames, name)
 	t, err := s.subtree(name)
 	if err != nil {
 		return nil, err
@@ -182,6 +185,7 @@ func (s *Snapshot) ReadDir(name string) ([]string, error) {
 
 // WalkFiles calls fn for every file below dir, in git's order.
 func (s *Snapshot) WalkFiles(dir string, fn func(name string, content []byte) error) error {
+	s.reads.add(readEntries, dir)
 	t, err := s.subtree(dir)
 	if err != nil {
 		return err
@@ -242,6 +246,7 @@ func (s *Snapshot) subtree(name string) (*dirTree, error) {
 // DirHash returns the hash of the tree of dir: equal hashes mean equal
 // contents, so results computed from a directory can be cached by it.
 func (s *Snapshot) DirHash(dir string) (string, error) {
+	s.reads.add(readWhole, dir)
 	t, err := s.subtree(dir)
 	if err != nil {
 		return "", err
@@ -249,10 +254,21 @@ func (s *Snapshot) DirHash(dir string) (string, error) {
 	return t.hash.String(), nil
 }
 
+// TreeHash is the hash of the whole tree, recorded as no read: a key for
+// caching what was computed from the tree, whose reads are recorded as
+// they are made.
+func (s *Snapshot) TreeHash() string {
+	if s.tree == nil {
+		return plumbing.ZeroHash.String()
+	}
+	return s.tree.hash.String()
+}
+
 // Entries lists the files and subdirectories of dir. Each file maps to an
 // identifier of its content (equal for equal contents), which ReadBlob
 // reads: the 20 bytes of its hash, taken from the tree without a copy.
 func (s *Snapshot) Entries(dir string) (map[string]string, []string, error) {
+	s.reads.add(readEntries, dir)
 	t, err := s.subtree(dir)
 	if err != nil {
 		return nil, nil, err
@@ -274,6 +290,7 @@ func (s *Snapshot) Entries(dir string) (map[string]string, []string, error) {
 // FileID returns the identifier Entries gives the file name, without
 // listing its folder.
 func (s *Snapshot) FileID(name string) (string, error) {
+	s.reads.add(readFile, name)
 	dir, base := path.Split(name)
 	t, err := s.subtree(strings.TrimSuffix(dir, "/"))
 	if err != nil {

@@ -45,6 +45,9 @@ type Repository interface {
 	// Forget drops what the Repository keeps to push commits that will
 	// never be pushed.
 	Forget(commits ...plumbing.Hash)
+	// Touches tells whether the change from one commit to another differs
+	// in anything recorded in reads.
+	Touches(from, to plumbing.Hash, reads *gitrepo.Reads) (bool, error)
 }
 
 // Job is one request of a batch, with the message it came from.
@@ -299,14 +302,27 @@ func (p *Pipeline) apply(ctx context.Context, jobs []Job, dryRun bool) []Result 
 
 	log := zerolog.Ctx(ctx)
 	plans := map[int]planned{} // kept across attempts
+	// What the attempts read of the branch, so that a lost race to a
+	// change that touches none of it is rebased rather than run again.
+	reads := gitrepo.NewReads()
 	// The first attempt builds on the head as last seen, without a fetch:
 	// the push is a compare-and-swap, so a stale head costs only a lost
 	// race. Decisions that push nothing are confirmed on a fresh head.
 	how := mode{optimistic: !p.repo.Head().IsZero() && !dryRun}
+	var lost *batch // the attempt that lost the last race
 	for attempt := 1; ; {
-		b := &batch{p: p, jobs: jobs, results: make([]Result, len(jobs)), plans: plans, mode: how, dryRun: dryRun}
-		next, err := b.run(ctx)
-		ev := log.Debug().Int("jobs", len(jobs)).Int("attempt", attempt).Str("again", string(next)).AnErr("push_error", err)
+		var next again
+		var err error
+		b := lost
+		rebased := b != nil && b.rebase(ctx)
+		if rebased {
+			next, err = b.pushRun(ctx)
+		} else {
+			b = &batch{p: p, jobs: jobs, results: make([]Result, len(jobs)), plans: plans, mode: how, dryRun: dryRun, reads: reads}
+			next, err = b.run(ctx)
+		}
+		lost = nil
+		ev := log.Debug().Int("jobs", len(jobs)).Int("attempt", attempt).Bool("rebased", rebased).Str("again", string(next)).AnErr("push_error", err)
 		for step, d := range b.spent {
 			ev = ev.Dur(string(step), d)
 			steps[string(step)] += d
@@ -323,6 +339,7 @@ func (p *Pipeline) apply(ctx context.Context, jobs []Job, dryRun bool) []Result 
 			how.perJob = true
 			continue
 		case next == lostRace && attempt < p.opts.MaxAttempts:
+			lost = b
 		default:
 			return withSteps(b.finish(err, attempt))
 		}
@@ -378,10 +395,15 @@ type batch struct {
 	tip     plumbing.Hash // the last commit of the run
 	// ledgerBase and ledgerTip are the same for the ledger branch.
 	ledgerBase, ledgerTip plumbing.Hash
-	ledger                ledgerRun // the jobs' commits on the ledger branch
-	changed               []string  // paths the pending commits change
-	spent                 map[Step]time.Duration
-	plans                 map[int]planned // by job index, shared by the runs of a batch
+	// made is every commit of the run on the branch, in order, with what
+	// it writes: what a rebase writes again on a new head.
+	made []made
+	// reads records what the batch's attempts read of the branch.
+	reads   *gitrepo.Reads
+	ledger  ledgerRun // the jobs' commits on the ledger branch
+	changed []string  // paths the pending commits change
+	spent   map[Step]time.Duration
+	plans   map[int]planned // by job index, shared by the runs of a batch
 }
 
 // finish turns the attempt's per-job results into final ones, given how
@@ -452,11 +474,7 @@ func (b *batch) run(ctx context.Context) (again, error) {
 	if err := b.timed(StepCommit, b.squashLedger); err != nil {
 		return "", err
 	}
-	err := b.timed(StepPush, func() error { return b.push(ctx) })
-	if gitrepo.IsConflict(err) {
-		return lostRace, err
-	}
-	return "", err
+	return b.pushRun(ctx)
 }
 
 // allApplied reports whether every job of the attempt made a commit.

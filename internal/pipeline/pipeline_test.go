@@ -10,6 +10,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"testing/fstest"
 	"time"
 
 	"github.com/go-git/go-git/v5/plumbing"
@@ -50,6 +51,12 @@ func (r *recorder) StepStarted(_ []Job, s Step) {
 }
 func (r *recorder) StepDone(s Step, _ time.Duration) { r.mu.Lock(); r.done[s]++; r.mu.Unlock() }
 func (r *recorder) Pushed(p PushResult)              { r.mu.Lock(); r.pushes[p]++; r.mu.Unlock() }
+
+func (r *recorder) startedCount(s Step) int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.started[s]
+}
 
 func (r *recorder) pushed(p PushResult) int {
 	r.mu.Lock()
@@ -163,6 +170,64 @@ func TestLostRaceIsReapplied(t *testing.T) {
 	}
 	if got := e.obs.pushed(PushConflict); got != 1 {
 		t.Fatalf("conflicts counted: %v", got)
+	}
+	// The plan reads pool-1.yaml (what the platform declares): the
+	// onboarding is decided again on the new head, not rebased.
+	if got := e.obs.startedCount(StepRender); got != 2 {
+		t.Errorf("renders: %d, want 2 (the change touches what the plan read)", got)
+	}
+}
+
+// TestLostRaceToAnUnrelatedChangeIsRebased: another writer changes a file
+// no plan reads (a note) between the worker's fetch and its push. The
+// worker's commit is written again on the new head and pushed, without
+// planning, rendering or checking again: the retry's window between fetch
+// and push is a fetch long, so a slow batch still wins against a writer
+// that pushes more often than the batch can be planned.
+func TestLostRaceToAnUnrelatedChangeIsRebased(t *testing.T) {
+	seed, err := templates.MapFS()
+	if err != nil {
+		t.Fatal(err)
+	}
+	seed["notes/today.txt"] = &fstest.MapFile{Data: []byte("first\n")}
+	e := setupWith(t, seed)
+	var fired atomic.Int32
+	e.srv.SetHook(func(w http.ResponseWriter, r *http.Request) bool {
+		if r.Method == http.MethodPost && strings.HasSuffix(r.URL.Path, "git-receive-pack") && fired.Add(1) == 1 {
+			if err := e.srv.WriteFile("gitops.git", "main", "notes/today.txt", "second\n", "a note"); err != nil {
+				t.Error(err)
+			}
+		}
+		return true
+	})
+	res, err := apply(t, e, message.Onboarding, onboard1)
+	if e.obs.pushed(PushConflict) != 1 {
+		t.Fatalf("the planned lost race did not happen: %d pushes seen, %d conflicts", fired.Load(), e.obs.pushed(PushConflict))
+	}
+	if err != nil || !res.Applied || res.Attempts != 2 {
+		t.Fatalf("onboarding: %+v %v", res, err)
+	}
+	for _, step := range []Step{StepRender, StepIntent} {
+		if got := e.obs.startedCount(step); got != 1 {
+			t.Errorf("step %s ran %d times, want once: the commit is rebased, not made again", step, got)
+		}
+	}
+	head := strings.TrimSpace(mustOut(t, e, "rev-parse", "main"))
+	if head != res.Commit.String() {
+		t.Errorf("the result names %s, the branch is at %s", res.Commit, head)
+	}
+	if parent := strings.TrimSpace(mustOut(t, e, "log", "-1", "--format=%s", "main^")); parent != "a note" {
+		t.Errorf("the onboarding's parent is %q, want the note", parent)
+	}
+	if msg := mustOut(t, e, "log", "-1", "--format=%B", "main"); !strings.Contains(msg, "Adding new tenant tenant-1") {
+		t.Errorf("the rebased commit's message: %q", msg)
+	}
+	if got := mustOut(t, e, "show", "main:notes/today.txt"); got != "second\n" {
+		t.Errorf("the note after the rebase: %q, want the other writer's", got)
+	}
+	if !strings.Contains(show(t, e, "tenants/premium/tenant-1.yaml"), "name: tenant-1-premium") ||
+		!strings.Contains(show(t, e, "tenants/premium/kustomization.yaml"), "tenant-1.yaml") {
+		t.Error("the rebased onboarding is missing from the branch")
 	}
 }
 

@@ -46,7 +46,7 @@ func (b *batch) applyJob(ctx context.Context, i int) {
 		res.Err = fmt.Errorf("not started: %w", err)
 		return
 	}
-	before, err := b.p.repo.Snapshot(b.tip)
+	before, err := b.snapshot(b.tip)
 	if err != nil {
 		res.Err = fmt.Errorf("open %s: %w", b.tip, err)
 		return
@@ -85,13 +85,14 @@ func (b *batch) applyJob(ctx context.Context, i int) {
 		b.pending[i] = true
 		return
 	}
-	commit, err := b.commit(b.tip, plan.Files, withTrailers(plan.Message, job))
+	msg := withTrailers(plan.Message, job)
+	commit, err := b.commit(b.tip, plan.Files, msg)
 	if err != nil {
 		res.Err = err
 		return
 	}
 
-	after, err := b.p.repo.Snapshot(commit)
+	after, err := b.snapshot(commit)
 	if err != nil {
 		res.Err = fmt.Errorf("open commit %s: %w", commit, err)
 		return
@@ -129,7 +130,7 @@ func (b *batch) applyJob(ctx context.Context, i int) {
 		res.Err = err // the commit stays an unreferenced object
 		return
 	}
-	b.tip = commit
+	b.advance(commit, plan.Files, msg)
 	b.keepLedger(ledgerCommit, recorded, plan.Message, job)
 	res.Commit = commit
 	if b.p.opts.Releases {
@@ -218,7 +219,7 @@ func (b *batch) standInPasses(before *gitrepo.Snapshot, job Job,
 	if err != nil {
 		return false, fmt.Errorf("commit the stand-in change: %w", err)
 	}
-	snap, err := b.p.repo.Snapshot(c)
+	snap, err := b.snapshot(c)
 	if err != nil {
 		return false, fmt.Errorf("open the stand-in change: %w", err)
 	}
@@ -229,7 +230,7 @@ func (b *batch) standInPasses(before *gitrepo.Snapshot, job Job,
 // commit.
 func (b *batch) checkTip() error {
 	return b.timed(StepValidate, func() error {
-		tip, err := b.p.repo.Snapshot(b.tip)
+		tip, err := b.snapshot(b.tip)
 		if err != nil {
 			return fmt.Errorf("open commit %s: %w", b.tip, err)
 		}
@@ -243,13 +244,10 @@ func (b *batch) checkTip() error {
 // the very same tree, so a job is decided again on the head it is pushed
 // on whenever anything changed, inside the root or outside it.
 func (b *batch) plan(before, records *gitrepo.Snapshot, i int) (gitops.Change, error) {
-	root, hashErr := before.DirHash("")
 	// The records decide too: the plan is reused only with the same ledger.
-	root += "@" + b.ledgerTip.String()
-	if hashErr == nil {
-		if c, ok := b.plans[i]; ok && c.root == root {
-			return c.change, c.err
-		}
+	root := before.TreeHash() + "@" + b.ledgerTip.String()
+	if c, ok := b.plans[i]; ok && c.root == root {
+		return c.change, c.err
 	}
 	var change gitops.Change
 	err := b.timed(StepRender, func() error {
@@ -261,9 +259,7 @@ func (b *batch) plan(before, records *gitrepo.Snapshot, i int) (gitops.Change, e
 		})
 		return err
 	})
-	if hashErr == nil {
-		b.plans[i] = planned{root: root, change: change, err: err}
-	}
+	b.plans[i] = planned{root: root, change: change, err: err}
 	return change, err
 }
 
@@ -343,7 +339,7 @@ func (b *batch) migrate() error {
 	if b.base.IsZero() {
 		return nil
 	}
-	snap, err := b.p.repo.Snapshot(b.base)
+	snap, err := b.snapshot(b.base)
 	if err != nil {
 		return fmt.Errorf("open %s: %w", b.base, err)
 	}
@@ -386,12 +382,14 @@ func (b *batch) migrate() error {
 	if err != nil {
 		return fmt.Errorf("write the ledger branch: %w", err)
 	}
-	mc, err := b.commit(b.base, map[string][]byte{path.Join(root, ledger.LegacyDir): nil},
-		"Move the tenant-worker ledger out of the branch Flux reads\n\nIts records are on the ledger branch now.\n")
+	removal := map[string][]byte{path.Join(root, ledger.LegacyDir): nil}
+	msg := "Move the tenant-worker ledger out of the branch Flux reads\n\nIts records are on the ledger branch now.\n"
+	mc, err := b.commit(b.base, removal, msg)
 	if err != nil {
 		return fmt.Errorf("remove %s: %w", path.Join(root, ledger.LegacyDir), err)
 	}
-	b.tip, b.ledgerTip = mc, lc
+	b.advance(mc, removal, msg)
+	b.ledgerTip = lc
 	return nil
 }
 
