@@ -33,6 +33,26 @@ func NewReads() *Reads {
 // as if it had been read whole: for a path that is written, say.
 func (r *Reads) Whole(name string) { r.add(readWhole, name) }
 
+// Written records a commit's change (path to content, nil deletes) as
+// read: each path whole, and for a deletion every folder above it as
+// listed, since deleting a folder's last file drops the folder, which a
+// listing of its parent then shows or not depending on what others left
+// in it.
+func (r *Reads) Written(files map[string][]byte) {
+	for p, c := range files {
+		r.Whole(p)
+		if c != nil {
+			continue
+		}
+		for d := parent(cleanPath(p)); ; d = parent(d) {
+			r.add(readNames, d)
+			if d == "" {
+				break
+			}
+		}
+	}
+}
+
 // readKind is how a path was read.
 type readKind int
 

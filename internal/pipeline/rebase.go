@@ -22,9 +22,7 @@ func (b *batch) advance(commit plumbing.Hash, files map[string][]byte, msg strin
 	b.made = append(b.made, made{commit: commit, files: files, msg: msg})
 	// What the run writes counts as read: a change of it by another writer
 	// is never rebased over.
-	for p := range files {
-		b.reads.Whole(p)
-	}
+	b.reads.Written(files)
 }
 
 // snapshot opens commit of the branch, recording what is read from it.
