@@ -1,7 +1,6 @@
 package integration
 
 import (
-	"encoding/json"
 	"fmt"
 	"net/http"
 	"os"
@@ -207,11 +206,11 @@ func TestFaultRun(t *testing.T) {
 	// The other writer's notes touch nothing a plan reads: some batch that
 	// lost to one was rebased; its YAML file is read by every collision
 	// check: some batch that lost to one was decided again.
-	rebased := strings.Count(logs.String(), rebasedLog)
+	rebased, again := retries(logs)
 	if rebased == 0 {
 		t.Errorf("no batch that lost a race was rebased, although %d of the other writer's notes beat a push", c.injectedCount(faultWriterNote))
 	}
-	if !decidedAgain(logs.String()) {
+	if again == 0 {
 		t.Errorf("no batch that lost a race was decided again, although %d of the other writer's YAML files beat a push", c.injectedCount(faultWriterYAML))
 	}
 	t.Logf("fault run: %d messages sent: %d applied (one commit each), %d no-ops or stale, %d rejected and dead-lettered, 0 lost; "+
@@ -306,21 +305,17 @@ func (h *harness) waitAccounted(want map[string]string, logs *syncBuffer, timeou
 	return counts
 }
 
-// rebasedLog is what a worker logs when it rebases a batch's commits.
-const rebasedLog = "its commits are rebased, not made again"
-
-// decidedAgain reports whether some worker ran a batch again whole after a
-// lost race (an attempt after the first that was not rebased).
-func decidedAgain(log string) bool {
-	for _, line := range strings.Split(log, "\n") {
-		var l struct {
-			Message string `json:"message"`
-			Attempt int    `json:"attempt"`
-			Rebased *bool  `json:"rebased"`
-		}
-		if json.Unmarshal([]byte(line), &l) == nil && l.Message == "batch attempt done" && l.Attempt > 1 && l.Rebased != nil && !*l.Rebased {
-			return true
+// retries counts the attempts after a lost race that workers rebased and
+// those they ran again whole (from their "batch attempt done" lines).
+func retries(logs *syncBuffer) (rebased, again int) {
+	for _, l := range logs.lines("message", "batch attempt done") {
+		attempt, _ := l["attempt"].(float64)
+		switch {
+		case l["rebased"] == true:
+			rebased++
+		case attempt > 1:
+			again++
 		}
 	}
-	return false
+	return rebased, again
 }

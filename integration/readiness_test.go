@@ -110,11 +110,8 @@ func fluxObjects(cp *controlplane.ControlPlane) string {
 			applied, _, _ := unstructured.NestedString(o.Object, "status", "lastAppliedRevision")
 			artifact, _, _ := unstructured.NestedString(o.Object, "status", "artifact", "revision")
 			ready := ""
-			conds, _, _ := unstructured.NestedSlice(o.Object, "status", "conditions")
-			for _, c := range conds {
-				if m, ok := c.(map[string]any); ok && m["type"] == "Ready" {
-					ready = fmt.Sprintf("%v %v: %v (%v)", m["status"], m["reason"], m["message"], m["lastTransitionTime"])
-				}
+			if m := controlplane.Condition(&o, "Ready"); m != nil {
+				ready = fmt.Sprintf("%v %v: %v (%v)", m["status"], m["reason"], m["message"], m["lastTransitionTime"])
 			}
 			fmt.Fprintf(&b, "%s %s deleting=%v applied=%q artifact=%q ready=%s\n", o.GetKind(), o.GetName(),
 				o.GetDeletionTimestamp() != nil, applied, artifact, ready)

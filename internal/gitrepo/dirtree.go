@@ -206,6 +206,12 @@ func (t *dirTree) find(name string) (int, bool) {
 	return -1, false
 }
 
+// contains reports whether t has an entry called name.
+func (t *dirTree) contains(name string) bool {
+	_, ok := t.find(name)
+	return ok
+}
+
 // entry returns the entry called name.
 func (t *dirTree) entry(name string) (treeEntry, bool) {
 	i, ok := t.find(name)

@@ -17,17 +17,12 @@ import (
 //
 // A Reads is safe for concurrent use.
 type Reads struct {
-	mu      sync.Mutex
-	names   map[string]bool // folders whose entry names were read
-	entries map[string]bool // folders whose entries, names and file contents, were read
-	files   map[string]bool // files read by path: their content, or that they are absent
-	whole   map[string]bool // folders read as a whole (DirHash)
+	mu    sync.Mutex
+	paths map[string]readKind // how each path was read, or'ed
 }
 
 // NewReads returns an empty record.
-func NewReads() *Reads {
-	return &Reads{names: map[string]bool{}, entries: map[string]bool{}, files: map[string]bool{}, whole: map[string]bool{}}
-}
+func NewReads() *Reads { return &Reads{paths: map[string]readKind{}} }
 
 // Whole records that everything below name (a folder or a file) counts,
 // as if it had been read whole: for a path that is written, say.
@@ -53,14 +48,14 @@ func (r *Reads) Written(files map[string][]byte) {
 	}
 }
 
-// readKind is how a path was read.
-type readKind int
+// readKind is how a path was read: a set of these bits.
+type readKind uint8
 
 const (
-	readNames readKind = iota
-	readEntries
-	readFile
-	readWhole
+	readNames   readKind = 1 << iota // a folder's entry names
+	readEntries                      // a folder's entries, names and file contents
+	readFile                         // a file, its content or that it is absent
+	readWhole                        // a folder by its hash, or a path written
 )
 
 // add records a read of name; a nil Reads records nothing.
@@ -71,24 +66,12 @@ func (r *Reads) add(kind readKind, name string) {
 	name = cleanPath(name)
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	switch kind {
-	case readNames:
-		r.names[name] = true
-	case readEntries:
-		r.entries[name] = true
-	case readFile:
-		r.files[name] = true
-	case readWhole:
-		r.whole[name] = true
-	}
+	r.paths[name] |= kind
 }
 
-// Len is the number of paths recorded.
-func (r *Reads) Len() int {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return len(r.names) + len(r.entries) + len(r.files) + len(r.whole)
-}
+// read reports whether name was read in any of the ways kind has; the
+// caller holds r.mu.
+func (r *Reads) read(name string, kind readKind) bool { return r.paths[name]&kind != 0 }
 
 // cleanPath is name as the records keep it: the root is "".
 func cleanPath(name string) string {
@@ -125,11 +108,9 @@ func (r *Repo) Touches(from, to plumbing.Hash, reads *Reads) (bool, error) {
 	// Every recorded path and the folders above it: a path that appears or
 	// goes changes what was read at or below it.
 	near := map[string]bool{"": true}
-	for _, m := range []map[string]bool{reads.names, reads.entries, reads.files, reads.whole} {
-		for p := range m {
-			for q := p; q != "" && !near[q]; q = parent(q) {
-				near[q] = true
-			}
+	for p := range reads.paths {
+		for q := p; q != "" && !near[q]; q = parent(q) {
+			near[q] = true
 		}
 	}
 	return r.touches("", trees[0], trees[1], reads, near)
@@ -137,37 +118,39 @@ func (r *Repo) Touches(from, to plumbing.Hash, reads *Reads) (bool, error) {
 
 // touches is Touches for the folder dir, whose trees a and b differ.
 func (r *Repo) touches(dir string, a, b *dirTree, reads *Reads, near map[string]bool) (bool, error) {
-	if reads.whole[dir] {
+	if reads.read(dir, readWhole) {
 		return true, nil
 	}
-	ea, eb := entriesByName(a), entriesByName(b)
-	for name := range eb {
-		if _, ok := ea[name]; !ok {
-			ea[name] = treeEntry{} // absent on from's side
-		}
-	}
-	for name, x := range ea {
-		y, ok := eb[name]
-		if ok && x.hash == y.hash && x.kind() == y.kind() {
+	// Each name of either side once: a's entries, then b's that a lacks.
+	for i, n := 0, a.len()+b.len(); i < n; i++ {
+		var x, y treeEntry
+		var inA, inB bool
+		if i < a.len() {
+			x, inA = a.at(i), true
+			y, inB = b.entry(x.name)
+		} else if y, inB = b.at(i-a.len()), true; a.contains(y.name) {
 			continue
 		}
+		if inA && inB && x.hash == y.hash && x.kind() == y.kind() {
+			continue
+		}
+		name := x.name
+		if !inA {
+			name = y.name
+		}
 		p := path.Join(dir, name)
-		if reads.whole[p] || reads.files[p] || reads.entries[dir] {
+		if reads.read(p, readWhole|readFile) || reads.read(dir, readEntries) {
 			return true, nil
 		}
-		xDir, yDir := x.name != "" && x.isDir(), ok && y.isDir()
-		if x.name == "" || !ok || xDir != yDir {
+		if !inA || !inB || x.isDir() != y.isDir() {
 			// The entry appeared, went, or turned from a file into a folder.
-			if reads.names[dir] || near[p] {
+			if reads.read(dir, readNames) || near[p] {
 				return true, nil
 			}
 			continue
 		}
-		if !xDir {
-			continue // a file whose content nobody read
-		}
-		if !near[p] {
-			continue // nothing read below it
+		if !x.isDir() || !near[p] {
+			continue // a file whose content nobody read, or nothing read below
 		}
 		ta, err := r.treeCache().get(r.repo.Storer, x.hash)
 		if err != nil {
@@ -182,16 +165,6 @@ func (r *Repo) touches(dir string, a, b *dirTree, reads *Reads, near map[string]
 		}
 	}
 	return false, nil
-}
-
-// entriesByName maps a tree's entry names to its entries.
-func entriesByName(t *dirTree) map[string]treeEntry {
-	m := make(map[string]treeEntry, t.len())
-	for i := range t.len() {
-		e := t.at(i)
-		m[e.name] = e
-	}
-	return m
 }
 
 // parent is the folder of p; "" for the root's entries.

@@ -314,11 +314,18 @@ func (p *Pipeline) apply(ctx context.Context, jobs []Job, dryRun bool) []Result 
 		var next again
 		var err error
 		b := lost
-		rebased := b != nil && b.rebase(ctx)
+		var rebased, fetched bool
+		if b != nil {
+			rebased, fetched = b.rebase(ctx)
+		}
 		if rebased {
 			next, err = b.pushRun(ctx)
 		} else {
-			b = &batch{p: p, jobs: jobs, results: make([]Result, len(jobs)), plans: plans, mode: how, dryRun: dryRun, reads: reads}
+			// A rebase that could not be made fetched the head: the run
+			// builds on it without fetching again.
+			m := how
+			m.fetched = fetched
+			b = &batch{p: p, jobs: jobs, results: make([]Result, len(jobs)), plans: plans, mode: m, dryRun: dryRun, reads: reads}
 			next, err = b.run(ctx)
 		}
 		lost = nil
@@ -379,6 +386,7 @@ const (
 // mode is how a batch is run.
 type mode struct {
 	optimistic bool // build on the head as last seen, without a fetch
+	fetched    bool // the head was fetched just before: build on it
 	perJob     bool // build the kustomizations after every job, not once
 }
 

@@ -149,8 +149,11 @@ func TestApplyAndNoop(t *testing.T) {
 
 func TestLostRaceIsReapplied(t *testing.T) {
 	e := setup(t)
-	var fired atomic.Int32
+	var fired, fetches atomic.Int32
 	e.srv.SetHook(func(w http.ResponseWriter, r *http.Request) bool {
+		if r.URL.Query().Get("service") == "git-upload-pack" {
+			fetches.Add(1) // a fetch's first request, the advertisement
+		}
 		if r.Method == http.MethodPost && strings.HasSuffix(r.URL.Path, "git-receive-pack") && fired.Add(1) == 1 {
 			// Image automation bumps a tag between our fetch and our push.
 			pool := show(t, e, "pooled-envs/pool-1.yaml")
@@ -175,6 +178,12 @@ func TestLostRaceIsReapplied(t *testing.T) {
 	// onboarding is decided again on the new head, not rebased.
 	if got := e.obs.startedCount(StepRender); got != 2 {
 		t.Errorf("renders: %d, want 2 (the change touches what the plan read)", got)
+	}
+	// The first attempt builds on the head as last seen; the lost push
+	// reads the branch back; the retry fetches once, to find whether it
+	// can rebase, and builds on what it fetched.
+	if got := fetches.Load(); got != 2 {
+		t.Errorf("upload-pack advertisements: %d, want 2 (the read-back and one fetch)", got)
 	}
 }
 

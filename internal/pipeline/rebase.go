@@ -4,7 +4,6 @@ import (
 	"context"
 
 	"github.com/go-git/go-git/v5/plumbing"
-	"github.com/rs/zerolog"
 
 	"github.com/tenant-worker/tenant-worker/internal/gitrepo"
 )
@@ -35,7 +34,7 @@ func (b *batch) snapshot(commit plumbing.Hash) (*gitrepo.Snapshot, error) {
 }
 
 // rebase writes the run's commits again on the branch's new head, after a
-// lost race, and says whether it did. It does so only when the change that
+// lost race, and says whether it did, and whether it fetched the head. It does so only when the change that
 // won touches nothing the run's attempts read of the branch or write to
 // it (another writer's note, an image tag in a file no plan reads) and
 // left the ledger branch alone: every plan, refusal, render and check of
@@ -47,10 +46,10 @@ func (b *batch) snapshot(commit plumbing.Hash) (*gitrepo.Snapshot, error) {
 // Without it a batch that takes longer to plan and check than another
 // writer takes between two pushes (a deployment of a whole tier, beside
 // an image automation) would lose every race until its attempts run out.
-func (b *batch) rebase(ctx context.Context) bool {
+func (b *batch) rebase(ctx context.Context) (rebased, fetched bool) {
 	b.spent = nil
 	if b.dryRun || len(b.made) == 0 {
-		return false
+		return false, false
 	}
 	var head plumbing.Hash
 	err := b.timed(StepSync, func() error {
@@ -58,12 +57,15 @@ func (b *batch) rebase(ctx context.Context) bool {
 		head, err = b.p.repo.Fetch(ctx)
 		return err
 	})
-	if err != nil || head == b.base || b.p.repo.LedgerHead() != b.ledgerBase {
-		return false
+	if err != nil {
+		return false, false
+	}
+	if head == b.base || b.p.repo.LedgerHead() != b.ledgerBase {
+		return false, true
 	}
 	touched, err := b.p.repo.Touches(b.base, head, b.reads)
 	if err != nil || touched {
-		return false
+		return false, true
 	}
 	moved := map[plumbing.Hash]plumbing.Hash{b.base: head}
 	var old []plumbing.Hash
@@ -71,7 +73,7 @@ func (b *batch) rebase(ctx context.Context) bool {
 	for i, m := range b.made {
 		c, err := b.commit(parent, m.files, m.msg)
 		if err != nil {
-			return false
+			return false, true
 		}
 		moved[m.commit], parent = c, c
 		old = append(old, m.commit)
@@ -84,9 +86,7 @@ func (b *batch) rebase(ctx context.Context) bool {
 	}
 	b.base, b.tip = head, parent
 	b.p.repo.Forget(old...)
-	zerolog.Ctx(ctx).Debug().Int("commits", len(b.made)).Str("head", head.String()).
-		Msg("the change that won the race touches nothing the batch read: its commits are rebased, not made again")
-	return true
+	return true, true
 }
 
 // pushRun pushes the run's commits and says whether it must go again.

@@ -22,7 +22,7 @@ import (
 // sync brings the clone up to date.
 func (b *batch) sync(ctx context.Context) error {
 	head := b.p.repo.Head()
-	if !b.optimistic {
+	if !b.optimistic && !b.fetched {
 		var err error
 		if head, err = b.p.repo.Fetch(ctx); err != nil {
 			return err

@@ -126,14 +126,19 @@ func runtimeDeepCopy(m map[string]any) map[string]any {
 
 // ConditionTrue reports whether o has condition typ with status True.
 func ConditionTrue(o *unstructured.Unstructured, typ string) bool {
+	return Condition(o, typ)["status"] == "True"
+}
+
+// Condition returns o's condition typ (status, reason, message, ...), nil
+// when o has none.
+func Condition(o *unstructured.Unstructured, typ string) map[string]any {
 	conds, _, _ := unstructured.NestedSlice(o.Object, "status", "conditions")
 	for _, c := range conds {
-		m, _ := c.(map[string]any)
-		if m["type"] == typ {
-			return m["status"] == "True"
+		if m, _ := c.(map[string]any); m["type"] == typ {
+			return m
 		}
 	}
-	return false
+	return nil
 }
 
 // Decode reads every object of a multi-document YAML or JSON stream.
