@@ -8,8 +8,8 @@ import (
 )
 
 // TestChartRBAC: with readiness the chart grants exactly get, list and
-// watch on GitRepositories, Kustomizations and HelmReleases in the Flux
-// namespace, patch on the GitRepository and the Kustomizations it names
+// watch on GitRepositories, Kustomizations, HelmReleases and
+// ExternalArtifacts in the Flux namespace, patch on the GitRepository and the Kustomizations it names
 // (nothing else of theirs), and discovery; bound to the worker's
 // ServiceAccount. Without readiness it grants nothing and mounts no token.
 // The readiness test on the control plane runs the worker with exactly
@@ -27,6 +27,7 @@ func TestChartRBAC(t *testing.T) {
 		{APIGroups: []string{"source.toolkit.fluxcd.io"}, Resources: []string{"gitrepositories"}, Verbs: read},
 		{APIGroups: []string{"kustomize.toolkit.fluxcd.io"}, Resources: []string{"kustomizations"}, Verbs: read},
 		{APIGroups: []string{"helm.toolkit.fluxcd.io"}, Resources: []string{"helmreleases"}, Verbs: read},
+		{APIGroups: []string{"source.toolkit.fluxcd.io"}, Resources: []string{"externalartifacts"}, Verbs: read},
 		{APIGroups: []string{"source.toolkit.fluxcd.io"}, Resources: []string{"gitrepositories"}, ResourceNames: []string{"platform"}, Verbs: []string{"patch"}},
 		{APIGroups: []string{"kustomize.toolkit.fluxcd.io"}, Resources: []string{"kustomizations"}, ResourceNames: []string{"tenants", "pools"}, Verbs: []string{"patch"}},
 		{APIGroups: []string{""}, Resources: []string{"configmaps"}, Verbs: []string{"create"}},

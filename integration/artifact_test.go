@@ -2,10 +2,15 @@ package integration
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"net"
 	"net/http"
+	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
 	"strings"
+	"sync"
 	"testing"
 	"testing/fstest"
 	"time"
@@ -13,6 +18,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 
 	"github.com/tenant-worker/tenant-worker/deploy"
 	"github.com/tenant-worker/tenant-worker/internal/config"
@@ -269,14 +275,7 @@ func TestWorkerPublishesShardArtifacts(t *testing.T) {
 // with one tenants Kustomization. The worker runs with the chart's
 // readiness and artifacts rules.
 func TestReadinessWithShardKustomizations(t *testing.T) {
-	h := newHarness(t, false)
-	l := gitops.Layout{Root: templates.Root, Shards: 4, ShardKustomizations: true}
-	if err := h.httpBackend().WriteFile(repoName, "main", l.LayoutFile(), string(l.LayoutContent()), "shard folders with Kustomizations of their own"); err != nil {
-		t.Fatal(err)
-	}
-	resultsURL := h.withResults()
-	c := startCluster(t, h, shardFlags(t)...)
-	kubeconfig := c.chartIdentity(t, map[string]any{"artifacts": map[string]any{"enabled": true}})
+	h, _, resultsURL, c, kubeconfig := shardCluster(t)
 	h.tune = chain(chain(h.tune, publishing(t)), func(o *config.Options) {
 		o.Kubeconfig, o.ReadyTimeout = kubeconfig, 2*time.Minute
 	})
@@ -296,6 +295,23 @@ func TestReadinessWithShardKustomizations(t *testing.T) {
 		t.Fatalf("the event says the offboarding is done, the HelmRelease is still there")
 	}
 	followEveryOutcome(t, h, c, resultsURL, "rs")
+}
+
+// shardCluster is a harness whose branch has 4 shard folders per tier with
+// Kustomizations of their own, a results queue, and a control plane with
+// the platform; kubeconfig is the chart's identity with the readiness and
+// artifacts rules. The worker is not started.
+func shardCluster(t *testing.T) (h *harness, l gitops.Layout, resultsURL string, c *cluster, kubeconfig string) {
+	t.Helper()
+	h = newHarness(t, false)
+	l = gitops.Layout{Root: templates.Root, Shards: 4, ShardKustomizations: true}
+	if err := h.httpBackend().WriteFile(repoName, "main", l.LayoutFile(), string(l.LayoutContent()), "shard folders with Kustomizations of their own"); err != nil {
+		t.Fatal(err)
+	}
+	resultsURL = h.withResults()
+	c = startCluster(t, h, shardFlags(t)...)
+	kubeconfig = c.chartIdentity(t, map[string]any{"artifacts": map[string]any{"enabled": true}})
+	return h, l, resultsURL, c, kubeconfig
 }
 
 // publishing sets a worker to publish shard folders (ARTIFACT_URL) on a
@@ -320,4 +336,228 @@ func shardFlags(t *testing.T) []string {
 		t.Fatal(err)
 	}
 	return flags
+}
+
+// TestAFolderBackToItsContentDuringAnApplyIsApplied: a shard folder that
+// goes back to what it held (a second tenant's onboarding, then its
+// offboarding) while kustomize-controller applies the onboarding's archive.
+// The worker holds the offboarding's archive until that apply is done
+// (kustomize-controller, starting the next revision at once from a cache
+// without its own last status, may neither prune the onboarding's objects
+// nor keep them in its inventory), then publishes it under a revision of
+// its own; the offboarding is ready only once the folder's Kustomization
+// applied it, not when the tenants Kustomization, which does not apply
+// shard folders, applied the commit. The fault is held at protocol
+// points: the onboarding's archive download is held until the worker held
+// the offboarding's archive and the tenants Kustomization applied the
+// offboarding's commit. The tenant that stays is not touched.
+func TestAFolderBackToItsContentDuringAnApplyIsApplied(t *testing.T) {
+	ctx := context.Background()
+	h, l, resultsURL, c, kubeconfig := shardCluster(t)
+	cp := c.ControlPlane
+	hold := newHoldingProxy(t)
+	h.tune = chain(h.tune, func(o *config.Options) {
+		o.ArtifactAddr, o.ArtifactURL = hold.backend, hold.url
+		o.Kubeconfig, o.ReadyTimeout = kubeconfig, 2*time.Minute
+	})
+	h.start()
+
+	// Two tenants of one shard folder: the first stays, the second comes
+	// and goes while the folder's Kustomization applies its coming.
+	const stays = "back-0"
+	shard := l.Shard(stays)
+	tenant := ""
+	for i := 1; tenant == ""; i++ {
+		if id := fmt.Sprintf("back-%d", i); l.Shard(id) == shard {
+			tenant = id
+		}
+	}
+	name := publish.Name("premium", shard)
+	get := func(gvr schema.GroupVersionResource) *unstructured.Unstructured {
+		o, err := cp.Dynamic.Resource(gvr).Namespace(controlplane.Namespace).Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return nil
+		}
+		return o
+	}
+	field := func(o *unstructured.Unstructured, f ...string) string {
+		if o == nil {
+			return ""
+		}
+		v, _, _ := unstructured.NestedString(o.Object, f...)
+		return v
+	}
+	head := func() string {
+		out, _ := h.httpBackend().Output(repoName, "rev-parse", "main")
+		return strings.TrimSpace(out)
+	}
+	if ev := waitReadiness(t, h, resultsURL, h.send(h.q.onboarding, fmt.Sprintf(`{"tenant_id":%q,"tenant_tier":"premium","release_version":"0.0"}`, stays)), 3*time.Minute); ev.Outcome != "ready" {
+		t.Fatalf("the first tenant's onboarding: %+v", ev)
+	}
+	h.waitFor(name+" applied as the folder is", 3*time.Minute, func() bool {
+		a := field(get(flux.ExternalArtifacts), "status", "artifact", "revision")
+		return a != "" && field(get(flux.Kustomizations), "status", "lastAppliedRevision") == a
+	})
+
+	hold.arm("/premium/" + shard + "/")
+	start := head()
+	on := h.send(h.q.onboarding, fmt.Sprintf(`{"tenant_id":%q,"tenant_tier":"premium","release_version":"0.0"}`, tenant))
+	hold.waitHeld(t, 2*time.Minute) // kustomize-controller is fetching the onboarding's folder
+	if head() == start {
+		t.Fatal("an archive was fetched before the onboarding was pushed")
+	}
+	off := h.send(h.q.offboarding, fmt.Sprintf(`{"tenant_id":%q,"tenant_tier":"premium"}`, tenant))
+	h.waitFor("the offboarding pushed", time.Minute, func() bool { return h.finished(off) })
+	offCommit := head()
+	// The worker holds the folder's new archive while its Kustomization
+	// applies the one before.
+	h.waitFor("the offboarding's archive held", time.Minute, func() bool {
+		return len(h.logs.lines("message", "a shard folder waits for its Kustomization's apply")) > 0
+	})
+	if o := field(get(flux.ExternalArtifacts), "status", "artifact", "metadata", publish.OriginRevision); o == "main@sha1:"+offCommit {
+		t.Fatalf("%s was published while its Kustomization applied the archive before", name)
+	}
+	// And the tenants Kustomization applied the offboarding's commit, which
+	// holds no shard folder: a follower trusting it would call the
+	// offboarding ready now, the onboarding's HelmRelease not made yet.
+	h.waitFor("dataplane-tenants applied the offboarding's commit", 2*time.Minute, func() bool {
+		k, err := cp.Dynamic.Resource(flux.Kustomizations).Namespace(controlplane.Namespace).Get(ctx, "dataplane-tenants", metav1.GetOptions{})
+		return err == nil && field(k, "status", "lastAppliedRevision") == "main@sha1:"+offCommit
+	})
+	hold.release()
+
+	ev := waitReadiness(t, h, resultsURL, off, 3*time.Minute)
+	if ev.Outcome != "ready" {
+		t.Errorf("the offboarding of a folder back to what it held: %+v", ev)
+	}
+	offRevision := field(get(flux.ExternalArtifacts), "status", "artifact", "revision")
+	if o := field(get(flux.ExternalArtifacts), "status", "artifact", "metadata", publish.OriginRevision); o != "main@sha1:"+offCommit {
+		t.Errorf("%s is from %s, want the offboarding's %s", name, o, offCommit)
+	}
+	// Applied once the folder's Kustomization applied the offboarding's
+	// archive, which it started after the onboarding's.
+	applied, ok := logTime(cp.Logs("kustomize-controller", 1<<22), name, "server-side apply completed", offRevision)
+	if !ok {
+		t.Errorf("%s never applied the offboarding's archive %s", name, offRevision)
+	} else if ev.Stages == nil || ev.Stages.PushedAt.Add(time.Duration(ev.Stages.AppliedMS)*time.Millisecond).Before(applied) {
+		t.Errorf("the offboarding was applied (stages %+v) before %s applied its archive at %s", ev.Stages, name, applied.Format(time.RFC3339Nano))
+	}
+	if ev := waitReadiness(t, h, resultsURL, on, time.Minute); ev.Outcome != "superseded" {
+		t.Errorf("the onboarding: %+v", ev)
+	}
+	// The fault happened: the held download was the onboarding's folder,
+	// applied (its HelmRelease made) after the offboarding was published.
+	if !strings.Contains(cp.Logs("kustomize-controller", 1<<22), `"HelmRelease/flux-system/`+tenant+`-premium":"created"`) {
+		t.Errorf("kustomize-controller never applied the onboarding's folder: the held download did not complete")
+	}
+	if hr := c.release(t, tenant+"-premium"); hr != nil && hr.GetDeletionTimestamp() == nil {
+		t.Errorf("%s-premium is still there", tenant)
+	}
+	if hr := c.release(t, stays+"-premium"); hr == nil || hr.GetDeletionTimestamp() != nil {
+		t.Errorf("%s-premium, which no message removed, is gone", stays)
+	}
+}
+
+// logTime is the time of the last JSON line of a controller's log about
+// object name with message msg and revision rev.
+func logTime(log, name, msg, rev string) (time.Time, bool) {
+	var at time.Time
+	found := false
+	for _, line := range strings.Split(log, "\n") {
+		var m struct {
+			TS       time.Time `json:"ts"`
+			Msg      string    `json:"msg"`
+			Name     string    `json:"name"`
+			Revision string    `json:"revision"`
+		}
+		if json.Unmarshal([]byte(line), &m) == nil && m.Name == name && m.Msg == msg && m.Revision == rev {
+			at, found = m.TS, true
+		}
+	}
+	return at, found
+}
+
+// holdingProxy stands between kustomize-controller and the worker's
+// archives: once armed, it holds the first download whose path contains
+// the armed text until released.
+type holdingProxy struct {
+	url, backend string
+	mu           sync.Mutex
+	match        string
+	held         chan struct{}
+	released     chan struct{}
+}
+
+func newHoldingProxy(t *testing.T) *holdingProxy {
+	t.Helper()
+	backend, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &holdingProxy{backend: backend.Addr().String(), held: make(chan struct{}), released: make(chan struct{})}
+	backend.Close() // the worker listens there
+	target := &url.URL{Scheme: "http", Host: p.backend}
+	rp := httputil.NewSingleHostReverseProxy(target)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		p.mu.Lock()
+		hold := p.match != "" && strings.Contains(r.URL.Path, p.match)
+		if hold {
+			p.match = ""
+			close(p.held)
+		}
+		p.mu.Unlock()
+		if hold {
+			t.Logf("holding GET %s", r.URL.Path)
+			select {
+			case <-p.released:
+			case <-r.Context().Done():
+				t.Logf("GET %s: %v", r.URL.Path, r.Context().Err())
+				return
+			}
+			t.Logf("released GET %s", r.URL.Path)
+		}
+		rec := &statusRecorder{ResponseWriter: w}
+		rp.ServeHTTP(rec, r)
+		t.Logf("GET %s: %d", r.URL.Path, rec.status)
+	}))
+	t.Cleanup(srv.Close)
+	t.Cleanup(p.release)
+	p.url = srv.URL
+	return p
+}
+
+type statusRecorder struct {
+	http.ResponseWriter
+	status int
+}
+
+func (r *statusRecorder) WriteHeader(code int) {
+	r.status = code
+	r.ResponseWriter.WriteHeader(code)
+}
+
+func (p *holdingProxy) arm(match string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.match = match
+}
+
+// waitHeld fails the test unless a download is held within timeout.
+func (p *holdingProxy) waitHeld(t *testing.T, timeout time.Duration) {
+	t.Helper()
+	select {
+	case <-p.held:
+	case <-time.After(timeout):
+		t.Fatalf("no download was held within %s", timeout)
+	}
+}
+
+func (p *holdingProxy) release() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	select {
+	case <-p.released:
+	default:
+		close(p.released)
+	}
 }

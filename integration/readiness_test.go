@@ -44,6 +44,11 @@ func startCluster(t *testing.T, h *harness, kustomizeFlags ...string) *cluster {
 	t.Cleanup(cancel)
 	cp := startControlPlane(t, controlplane.Options{ControllerManager: true, Flux: true, KustomizeFlags: kustomizeFlags})
 	c := &cluster{ControlPlane: cp, standIn: cp.StartStandIn(ctx)}
+	t.Cleanup(func() { // before the controllers' tails (startControlPlane's)
+		if t.Failed() {
+			t.Logf("in short:\n%s", c.digest(h))
+		}
+	})
 	var err error
 	if c.platform, err = cp.InstallPlatform(ctx, t.TempDir(), controlplane.PlatformOptions{
 		RepoURL: h.git.RepoURL(repoName), Username: "git", Password: h.token,
@@ -67,24 +72,65 @@ func startControlPlane(t *testing.T, o controlplane.Options) *controlplane.Contr
 			for _, name := range []string{"source-controller", "kustomize-controller", "helm-controller"} {
 				t.Logf("%s log:\n%s", name, cp.Logs(name, 3000))
 			}
-			// The tail above is mostly the platform's Kustomizations; those
-			// the worker makes (one per shard folder) apply its tenants.
-			t.Logf("kustomize-controller on the worker's Kustomizations:\n%s", lastLines(cp.Logs("kustomize-controller", 1<<22), 12000,
-				func(line string) bool { return !strings.Contains(line, `"name":"dataplane-`) }))
-			t.Logf("Flux objects at the end:\n%s", fluxObjects(cp))
 		}
 	})
 	return cp
 }
 
-// lastLines is the last n bytes of the lines of log that keep says to keep.
-func lastLines(log string, n int, keep func(string) bool) string {
+// digest is what a failed cluster test prints first, in a few KB (a CI
+// log keeps the start and the end of a long output): the Flux objects at
+// the end, then, shortened, the worker's lines about publishing and
+// readiness and kustomize-controller's lines about the Kustomizations the
+// worker makes (one per shard folder, named tenants-…).
+func (c *cluster) digest(h *harness) string {
+	var b strings.Builder
+	b.WriteString("Flux objects at the end:\n")
+	b.WriteString(fluxObjects(c.ControlPlane))
+	b.WriteString("the worker, on publishing and readiness:\n")
+	b.WriteString(brief(h.logs.String(), 3000, func(m map[string]any) bool {
+		msg := fmt.Sprint(m["message"])
+		return m["external_artifact"] != nil || strings.Contains(msg, "publish") || strings.Contains(msg, "ready") ||
+			m["level"] == "warn" || m["level"] == "error"
+	}))
+	b.WriteString("kustomize-controller, on the worker's Kustomizations:\n")
+	b.WriteString(brief(c.Logs("kustomize-controller", 1<<22), 4000, func(m map[string]any) bool {
+		return strings.HasPrefix(fmt.Sprint(m["name"]), "tenants-")
+	}))
+	return b.String()
+}
+
+// brief is the last n bytes of the JSON lines of log that keep accepts,
+// each cut to its time of day, message, and the fields that tell what
+// happened to which object.
+func brief(log string, n int, keep func(map[string]any) bool) string {
 	var b strings.Builder
 	for _, line := range strings.Split(log, "\n") {
-		if keep(line) {
-			b.WriteString(line)
-			b.WriteByte('\n')
+		var m map[string]any
+		if json.Unmarshal([]byte(line), &m) != nil || !keep(m) {
+			continue
 		}
+		at := fmt.Sprint(m["ts"], m["time"])
+		if i := strings.IndexByte(at, 'T'); i >= 0 {
+			at = at[i+1:]
+		}
+		msg := m["msg"]
+		if msg == nil {
+			msg = m["message"]
+		}
+		fmt.Fprintf(&b, "%s %q", strings.TrimSuffix(at, "<nil>"), msg)
+		for _, k := range []string{"name", "external_artifact", "revision", "commit", "message_id", "outcome", "error", "output"} {
+			if v, ok := m[k]; ok {
+				s := fmt.Sprint(v)
+				if j, err := json.Marshal(v); err == nil && k == "output" {
+					s = string(j)
+				}
+				if len(s) > 160 {
+					s = s[:160] + "…"
+				}
+				fmt.Fprintf(&b, " %s=%s", k, s)
+			}
+		}
+		b.WriteByte('\n')
 	}
 	out := b.String()
 	if len(out) > n {

@@ -33,6 +33,10 @@ const maxHistory = 64
 // branch moved meanwhile; past it, the next push or tick publishes.
 const maxSuperseded = 5
 
+// applyingRetry is how soon a folder held while its Kustomization applies
+// the archive before (publish.ErrApplying) is published again.
+const applyingRetry = 500 * time.Millisecond
+
 // artifacts makes the publisher of ARTIFACT_URL, or nil without it.
 func artifacts(o wconfig.Options) (*publish.Publisher, error) {
 	if o.ArtifactURL == "" {
@@ -123,7 +127,19 @@ func servePublisher(ctx context.Context, o wconfig.Options, ln net.Listener, pub
 			continue
 		}
 		superseded = 0
-		if err != nil && ctx.Err() == nil {
+		var soon <-chan time.Time
+		var retry *time.Timer
+		switch {
+		case err == nil || ctx.Err() != nil:
+		case errors.Is(err, publish.ErrApplying):
+			retry = time.NewTimer(applyingRetry)
+			soon = retry.C
+			if errs := others(err, publish.ErrApplying); errs != nil {
+				log.Warn().Err(errs).Msg("could not publish the shard folders; trying again")
+			} else {
+				log.Debug().Err(err).Msg("a shard folder waits for its Kustomization's apply")
+			}
+		default:
 			log.Warn().Err(err).Msg("could not publish the shard folders; trying again")
 		}
 		select {
@@ -135,10 +151,35 @@ func servePublisher(ctx context.Context, o wconfig.Options, ln net.Listener, pub
 			return
 		case <-pushed:
 			fetch = false
+		case <-soon:
+			fetch = false
 		case <-tick.C:
 			fetch = true
 		}
+		if retry != nil {
+			retry.Stop()
+		}
 	}
+}
+
+// others is err without its parts that are target, nil when nothing else
+// is left (a publish joins one error per folder).
+func others(err, target error) error {
+	for e := err; e != nil; e = errors.Unwrap(e) {
+		if j, ok := e.(interface{ Unwrap() []error }); ok {
+			var kept []error
+			for _, part := range j.Unwrap() {
+				if !errors.Is(part, target) {
+					kept = append(kept, part)
+				}
+			}
+			return errors.Join(kept...)
+		}
+	}
+	if errors.Is(err, target) {
+		return nil
+	}
+	return err
 }
 
 // pushSignal tells the publisher about every push the pipeline makes.

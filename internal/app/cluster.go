@@ -15,6 +15,7 @@ import (
 	"github.com/tenant-worker/tenant-worker/internal/gitrepo"
 	"github.com/tenant-worker/tenant-worker/internal/metrics"
 	"github.com/tenant-worker/tenant-worker/internal/pipeline"
+	"github.com/tenant-worker/tenant-worker/internal/publish"
 	"github.com/tenant-worker/tenant-worker/internal/readiness"
 	"github.com/tenant-worker/tenant-worker/internal/runs"
 	"github.com/tenant-worker/tenant-worker/internal/worker"
@@ -52,6 +53,12 @@ func follower(ctx context.Context, o wconfig.Options, c *flux.Client, repo *gitr
 		},
 		Record:  record,
 		OnStage: w.Stage,
+		Shard: func(p string) string {
+			if tier, shard, ok := l.ShardOf(p); ok {
+				return publish.Name(tier, shard)
+			}
+			return ""
+		},
 		OnDone: func(e readiness.Event) {
 			// The outcome is recorded as published: publish it even when
 			// the worker is stopping.

@@ -1,9 +1,8 @@
 // Package artifact makes the archive of one folder of a commit, in the form
 // Flux's kustomize-controller fetches for a Kustomization whose source is
 // an ExternalArtifact: a gzip-compressed tar of the folder's files, names
-// relative to it, and a revision that is the archive's content digest, so
-// that a Kustomization reconciles only when its own folder changed (issue
-// 21). The bytes depend on nothing but the folder's content: any replica
+// relative to it, and the archive's content digest, so that a
+// Kustomization reconciles only when its own folder changed (issue 21). The bytes depend on nothing but the folder's content: any replica
 // builds the same archive, with the same digest, from the same tree.
 package artifact
 
@@ -35,9 +34,6 @@ type Artifact struct {
 	// Digest is "sha256:<hex>" of Data, which kustomize-controller checks
 	// after each download.
 	Digest string
-	// Revision is the ExternalArtifact's status.artifact.revision:
-	// "latest@" and the digest, as Flux's own producer writes it.
-	Revision string
 }
 
 // Build archives dir of src, its subfolders included.
@@ -59,7 +55,7 @@ func Build(src Source, dir string) (Artifact, error) {
 	}
 	sum := sha256.Sum256(buf.Bytes())
 	digest := "sha256:" + hex.EncodeToString(sum[:])
-	return Artifact{Data: buf.Bytes(), Digest: digest, Revision: "latest@" + digest}, nil
+	return Artifact{Data: buf.Bytes(), Digest: digest}, nil
 }
 
 // add writes the files of dir, then its folders, each in name order, under

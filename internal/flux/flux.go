@@ -37,6 +37,11 @@ var (
 	ExternalArtifacts = schema.GroupVersionResource{Group: "source.toolkit.fluxcd.io", Version: "v1", Resource: "externalartifacts"}
 )
 
+// OriginRevision is the artifact metadata key kustomize-controller copies
+// into a Kustomization's status.lastAppliedOriginRevision: the commit the
+// applied folder came from.
+const OriginRevision = "org.opencontainers.image.revision"
+
 // RequestedAtAnnotation asks a Flux object to reconcile now; its value is
 // any string that differs from the last one Flux handled.
 const RequestedAtAnnotation = "reconcile.fluxcd.io/requestedAt"
@@ -167,6 +172,18 @@ type HelmRelease struct {
 	Ready, Stalled Condition
 }
 
+// Shard is where a shard folder applied by a Kustomization of its own,
+// from the worker's ExternalArtifact (internal/publish), stands.
+type Shard struct {
+	// Revision is the revision of the ExternalArtifact's archive, Origin
+	// the commit it was published from.
+	Revision, Origin string
+	// Applied and Attempted are the Kustomization's last applied and
+	// attempted revisions: archive revisions, not commits.
+	Applied, Attempted string
+	Ready              Condition
+}
+
 // State is one reading of Flux's objects.
 type State struct {
 	// Fetched is the commit of the GitRepository's artifact.
@@ -175,11 +192,15 @@ type State struct {
 	Kustomizations []Kustomization
 	// Releases by namespace/name; only of the namespaces asked for.
 	Releases map[string]HelmRelease
+	// Shards by name; only of the names asked for whose Kustomization
+	// exists and reads the ExternalArtifact of that name.
+	Shards map[string]Shard
 }
 
-// Read reads the GitRepository, the Kustomizations and the HelmReleases of
-// the namespaces given, as the client's watches last saw them.
-func (c *Client) Read(ctx context.Context, namespaces []string) (State, error) {
+// Read reads the GitRepository, the Kustomizations, the HelmReleases of
+// the namespaces given and the shard folders named (see Shard), as the
+// client's watches last saw them.
+func (c *Client) Read(ctx context.Context, namespaces, shards []string) (State, error) {
 	var st State
 	src, err := c.object(ctx, GitRepositories, c.o.Namespace, c.o.GitRepository)
 	if err != nil {
@@ -222,7 +243,44 @@ func (c *Client) Read(ctx context.Context, namespaces []string) (State, error) {
 			}
 		}
 	}
+	st.Shards = map[string]Shard{}
+	for _, name := range shards {
+		sh, ok, err := c.shard(ctx, name)
+		if err != nil {
+			return st, err
+		}
+		if ok {
+			st.Shards[name] = sh
+		}
+	}
 	return st, nil
+}
+
+// shard reads the Kustomization name and the ExternalArtifact of the same
+// name it reads; false when either is missing (the folder is applied
+// otherwise, or not yet published). The ExternalArtifacts are watched only
+// once such a Kustomization is seen.
+func (c *Client) shard(ctx context.Context, name string) (Shard, bool, error) {
+	k, ok, err := c.lookup(ctx, Kustomizations, name)
+	if err != nil || !ok {
+		return Shard{}, false, err
+	}
+	src, _, _ := unstructured.NestedStringMap(k.Object, "spec", "sourceRef")
+	if src["kind"] != "ExternalArtifact" || src["name"] != name || src["namespace"] != "" && src["namespace"] != c.o.Namespace {
+		return Shard{}, false, nil
+	}
+	a, ok, err := c.lookup(ctx, ExternalArtifacts, name)
+	if err != nil || !ok {
+		return Shard{}, false, err
+	}
+	var sh Shard
+	sh.Revision, _, _ = unstructured.NestedString(a.Object, "status", "artifact", "revision")
+	origin, _, _ := unstructured.NestedString(a.Object, "status", "artifact", "metadata", OriginRevision)
+	sh.Origin = commitOf(origin)
+	sh.Applied, _, _ = unstructured.NestedString(k.Object, "status", "lastAppliedRevision")
+	sh.Attempted, _, _ = unstructured.NestedString(k.Object, "status", "lastAttemptedRevision")
+	sh.Ready = condition(k, "Ready")
+	return sh, true, nil
 }
 
 // commitOf takes the commit hash out of a Flux revision

@@ -30,6 +30,7 @@ func fakeClient(t *testing.T, objs ...runtime.Object) (*Client, *dynfake.FakeDyn
 	t.Helper()
 	dyn := dynfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(), map[schema.GroupVersionResource]string{
 		GitRepositories: "GitRepositoryList", Kustomizations: "KustomizationList", HelmReleases: "HelmReleaseList",
+		ExternalArtifacts: "ExternalArtifactList",
 	}, objs...)
 	c := newClient(dyn, nil, Options{Namespace: "flux-system", GitRepository: "flux-system", Kustomizations: []string{"dataplane-tenants"}})
 	t.Cleanup(c.Close)
@@ -54,7 +55,7 @@ func platform() []runtime.Object {
 func TestRead(t *testing.T) {
 	c, dyn := fakeClient(t, platform()...)
 	ctx := context.Background()
-	st, err := c.Read(ctx, []string{"flux-system"})
+	st, err := c.Read(ctx, []string{"flux-system"}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -82,7 +83,7 @@ func TestRead(t *testing.T) {
 	}
 	deadline := time.Now().Add(30 * time.Second)
 	for {
-		st, err := c.Read(ctx, []string{"flux-system"})
+		st, err := c.Read(ctx, []string{"flux-system"}, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -93,6 +94,33 @@ func TestRead(t *testing.T) {
 			t.Fatal("the deleted release is still read")
 		}
 		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// TestReadShards: a shard folder asked for is read from its Kustomization
+// and the ExternalArtifact of the same name it reads; one applied
+// otherwise (another source) or not published yet is left out.
+func TestReadShards(t *testing.T) {
+	shardK := func(name, source string) runtime.Object {
+		return obj("kustomize.toolkit.fluxcd.io/v1", "Kustomization", "flux-system", name,
+			map[string]any{"path": "./", "sourceRef": map[string]any{"kind": source, "name": name}},
+			map[string]any{"lastAppliedRevision": "main@sha1:c0", "lastAttemptedRevision": "main@sha1:c2", "conditions": ready("False", "BuildFailed")})
+	}
+	objs := append(platform(),
+		shardK("tenants-premium-shard-00", "ExternalArtifact"),
+		obj("source.toolkit.fluxcd.io/v1", "ExternalArtifact", "flux-system", "tenants-premium-shard-00", nil,
+			map[string]any{"artifact": map[string]any{"revision": "main@sha1:c2", "metadata": map[string]any{OriginRevision: "main@sha1:c3"}}}),
+		shardK("tenants-premium-shard-01", "GitRepository"),
+		shardK("tenants-premium-shard-02", "ExternalArtifact"))
+	c, _ := fakeClient(t, objs...)
+	st, err := c.Read(context.Background(), nil, []string{"tenants-premium-shard-00", "tenants-premium-shard-01", "tenants-premium-shard-02", "tenants-basic-shard-00"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := Shard{Revision: "main@sha1:c2", Origin: "c3", Applied: "main@sha1:c0", Attempted: "main@sha1:c2",
+		Ready: Condition{Status: "False", Reason: "BuildFailed", ObservedGeneration: 1}}
+	if len(st.Shards) != 1 || st.Shards["tenants-premium-shard-00"] != want {
+		t.Errorf("shards %+v, want only shard-00 as %+v", st.Shards, want)
 	}
 }
 
@@ -107,7 +135,7 @@ func TestReadErrors(t *testing.T) {
 	// A namespace the worker may not read fails with the API's refusal,
 	// without waiting for a list that will not come.
 	start := time.Now()
-	_, err := c.Read(context.Background(), []string{"elsewhere"})
+	_, err := c.Read(context.Background(), []string{"elsewhere"}, nil)
 	if err == nil || !strings.Contains(err.Error(), "forbidden") || !strings.Contains(err.Error(), "elsewhere") {
 		t.Fatalf("read of a forbidden namespace: %v", err)
 	}
@@ -115,7 +143,7 @@ func TestReadErrors(t *testing.T) {
 		t.Errorf("waited %s for a refused list", time.Since(start))
 	}
 	c.o.Kustomizations = []string{"dataplane-pooled-envs"}
-	if _, err := c.Read(context.Background(), nil); err == nil || !strings.Contains(err.Error(), "dataplane-pooled-envs") {
+	if _, err := c.Read(context.Background(), nil, nil); err == nil || !strings.Contains(err.Error(), "dataplane-pooled-envs") {
 		t.Fatalf("read of a missing Kustomization: %v", err)
 	}
 }

@@ -125,6 +125,21 @@ func (c *Client) objects(ctx context.Context, gvr schema.GroupVersionResource, n
 	return out, nil
 }
 
+// lookup returns the watched object name of gvr in the Flux namespace, and
+// false when it does not exist.
+func (c *Client) lookup(ctx context.Context, gvr schema.GroupVersionResource, name string) (*unstructured.Unstructured, bool, error) {
+	w := c.watchOf(gvr, c.o.Namespace)
+	if err := c.synced(ctx, w, gvr.Resource+" in "+c.o.Namespace); err != nil {
+		return nil, false, err
+	}
+	o, ok, err := w.inf.GetStore().GetByKey(c.o.Namespace + "/" + name)
+	if err != nil || !ok {
+		return nil, false, err
+	}
+	u, isU := o.(*unstructured.Unstructured)
+	return u, isU, nil
+}
+
 // object returns the watched object ns/name of gvr, or an error naming it
 // when it does not exist.
 func (c *Client) object(ctx context.Context, gvr schema.GroupVersionResource, ns, name string) (*unstructured.Unstructured, error) {

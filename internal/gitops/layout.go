@@ -145,6 +145,17 @@ func IsShard(name string) bool {
 	return err == nil && n[0] != '-' && n[0] != '+'
 }
 
+// ShardOf returns the tier and shard folder a file under the tenants
+// folder is in; false for a file in no shard folder.
+func (l Layout) ShardOf(p string) (tier, shard string, ok bool) {
+	rel, in := strings.CutPrefix(p, l.TenantsDir()+"/")
+	parts := strings.Split(rel, "/")
+	if !in || len(parts) < 3 || !IsShard(parts[1]) {
+		return "", "", false
+	}
+	return parts[0], parts[1], true
+}
+
 // ShardDirs lists the shard folders of a tier.
 func (l Layout) ShardDirs(r Reader, tier string) []string {
 	names, _ := r.ReadDir(l.TierDir(tier))

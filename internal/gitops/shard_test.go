@@ -278,3 +278,26 @@ func TestShardKustomizationsLayout(t *testing.T) {
 	}
 	built(t, m)
 }
+
+// TestShardOf: the tier and shard folder of a file under the tenants
+// folder; none for a file outside any shard folder.
+func TestShardOf(t *testing.T) {
+	l := Layout{Root: "root"}
+	for _, tc := range []struct {
+		path, tier, shard string
+		ok                bool
+	}{
+		{"root/tenants/premium/shard-03/t1.yaml", "premium", "shard-03", true},
+		{"root/tenants/basic/shard-00/kustomization.yaml", "basic", "shard-00", true},
+		{"root/tenants/premium/t1.yaml", "", "", false},
+		{"root/tenants/premium/shard-03", "", "", false},
+		{"root/tenants/premium/shard-3/t1.yaml", "", "", false},
+		{"root/pooled-envs/premium/shard-03/t1.yaml", "", "", false},
+		{"other/tenants/premium/shard-03/t1.yaml", "", "", false},
+	} {
+		tier, shard, ok := l.ShardOf(tc.path)
+		if tier != tc.tier || shard != tc.shard || ok != tc.ok {
+			t.Errorf("ShardOf(%q) = %q, %q, %v; want %q, %q, %v", tc.path, tier, shard, ok, tc.tier, tc.shard, tc.ok)
+		}
+	}
+}

@@ -28,10 +28,9 @@ import (
 	"github.com/tenant-worker/tenant-worker/internal/gitops"
 )
 
-// OriginRevision is the artifact metadata key kustomize-controller copies
-// into a Kustomization's status.lastAppliedOriginRevision: the commit the
-// applied folder came from.
-const OriginRevision = "org.opencontainers.image.revision"
+// OriginRevision is the artifact metadata key of the commit an archive
+// came from (flux.OriginRevision).
+const OriginRevision = flux.OriginRevision
 
 // Source is a snapshot of the branch (a git snapshot is one).
 type Source interface {
@@ -98,12 +97,16 @@ type Publisher struct {
 	// written yet: each is written at the next publish even if it already
 	// points at the same archive (see Publish).
 	pending map[string]bool
+	// holding are the folders whose new archive waits for their
+	// Kustomization's apply, since when (see settled).
+	holding map[string]time.Time
+	now     func() time.Time
 }
 
 // New returns a Publisher.
 func New(o Options) *Publisher {
 	return &Publisher{o: o, served: map[string][]byte{}, byName: map[string][]string{}, trees: map[string]string{}, applied: map[string]bool{},
-		pending: map[string]bool{}, built: map[string]builtDir{}}
+		pending: map[string]bool{}, built: map[string]builtDir{}, holding: map[string]time.Time{}, now: time.Now}
 }
 
 // BuildWith sets Options.At; call it before serving.
@@ -183,7 +186,7 @@ func (p *Publisher) rebuild(ctx context.Context, key string) ([]byte, bool) {
 // Folder is one published folder.
 type Folder struct {
 	Tier, Shard, Name string
-	// Revision is the ExternalArtifact's revision ("latest@sha256:...").
+	// Revision is the ExternalArtifact's revision (see Revision).
 	Revision string
 	// Changed: the object was created or pointed at a new archive.
 	Changed bool
@@ -347,6 +350,25 @@ type change struct {
 	origin string
 }
 
+// Revision is the ExternalArtifact revision a write gives an archive
+// published from origin ("main@sha1:<commit>"), when the object held
+// another archive (was, its digest; rev, its revision): the origin of the
+// first publish of this content since the object last held another. The
+// object's own revision is kept when the archive is the same, so a write
+// that changes nothing applies nothing. A revision is never one the
+// object held before another, so a Kustomization's last applied revision
+// names one publish: a folder back to what it held (an onboarding, then
+// its offboarding) under a revision naming the content alone would look
+// applied to the readiness follower while its Kustomization was still
+// applying the onboarding's archive, to apply the offboarding's after it
+// (TestAFolderBackToItsContentDuringAnApplyIsApplied).
+func Revision(digest, was, rev, origin string) string {
+	if digest == was && rev != "" {
+		return rev
+	}
+	return origin
+}
+
 // read serves the folder's archive and reads its object (making it when
 // missing). A folder already pointed at is done: its Kustomization is made
 // if missing and its tree remembered.
@@ -366,19 +388,78 @@ func (p *Publisher) read(ctx context.Context, v *view, snap Source, commit, tier
 	if c.a, err = p.build(snap, dir, tree); err != nil {
 		return nil, err
 	}
-	c.f.Revision = c.a.Revision
 	c.origin = p.o.Branch + "@sha1:" + commit
 	c.file = path.Join(commit, tier, shard, strings.TrimPrefix(c.a.Digest, "sha256:")+".tar.gz")
 	p.serve(c.f.Name, c.file, c.a.Data)
-	obj, err := p.object(ctx, v, c.f.Name, c.a, force, c.origin)
+	obj, write, err := p.object(ctx, v, c.f.Name, c.a, force, c.origin)
 	if err != nil {
 		return nil, fmt.Errorf("publish %s: %w", c.f.Name, err)
 	}
-	if obj != nil {
+	was, _, _ := unstructured.NestedString(obj.Object, "status", "artifact", "digest")
+	rev, _, _ := unstructured.NestedString(obj.Object, "status", "artifact", "revision")
+	c.f.Revision = Revision(c.a.Digest, was, rev, c.origin)
+	if write && was != "" && was != c.a.Digest {
+		if err := p.settled(ctx, v, c); err != nil {
+			return nil, err
+		}
+	}
+	if write {
 		c.obj = obj
 		return c, nil
 	}
 	return c, p.done(ctx, v, c)
+}
+
+// ErrApplying: the Kustomization of a folder to write is applying the
+// folder's current archive. The folder is written by a later Publish
+// (call again soon), once it is done or after maxHold.
+var ErrApplying = errors.New("its Kustomization is applying the folder's current archive")
+
+// maxHold bounds how long a folder's new archive waits for its
+// Kustomization to finish applying the one before.
+const maxHold = time.Minute
+
+// settled returns ErrApplying while the folder's Kustomization is
+// reconciling (its Reconciling condition is True), for at most maxHold
+// per folder. kustomize-controller starts the next revision right after
+// the one it applies, reading the Kustomization from its cache, and a
+// cache not yet holding the status it just wrote has the inventory from
+// before: an object the first revision made and the next one removes is
+// then neither pruned nor kept in the inventory, and stays in the cluster
+// for good (a tenant's offboarding right after its onboarding). Written
+// once the apply is done, the next archive's apply starts from its own
+// event, after the worker read the finished status.
+func (p *Publisher) settled(ctx context.Context, v *view, c *change) error {
+	k, err := v.get(ctx, flux.Kustomizations, c.f.Name)
+	if apierrors.IsNotFound(err) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("publish %s: read its Kustomization: %w", c.f.Name, err)
+	}
+	reconciling := false
+	conds, _, _ := unstructured.NestedSlice(k.Object, "status", "conditions")
+	for _, cond := range conds {
+		if m, ok := cond.(map[string]any); ok && m["type"] == "Reconciling" && m["status"] == "True" {
+			reconciling = true
+		}
+	}
+	now := p.now()
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if !reconciling {
+		delete(p.holding, c.dir)
+		return nil
+	}
+	since, ok := p.holding[c.dir]
+	if !ok {
+		p.holding[c.dir], since = now, now
+	}
+	if now.Sub(since) >= maxHold {
+		delete(p.holding, c.dir)
+		return nil
+	}
+	return fmt.Errorf("publish %s: %w", c.f.Name, ErrApplying)
 }
 
 // write points the object read at the folder's archive, unless it was
@@ -387,7 +468,7 @@ func (p *Publisher) write(ctx context.Context, v *view, c *change) error {
 	now := time.Now().UTC().Format(time.RFC3339)
 	status := map[string]any{
 		"artifact": map[string]any{
-			"digest": c.a.Digest, "revision": c.a.Revision, "lastUpdateTime": now,
+			"digest": c.a.Digest, "revision": c.f.Revision, "lastUpdateTime": now,
 			"path": c.file, "url": strings.TrimSuffix(p.o.URL, "/") + "/" + c.file,
 			"size":     int64(len(c.a.Data)),
 			"metadata": map[string]any{OriginRevision: c.origin},
@@ -395,7 +476,7 @@ func (p *Publisher) write(ctx context.Context, v *view, c *change) error {
 		"conditions": []any{map[string]any{
 			"type": "Ready", "status": "True", "reason": "Succeeded", "lastTransitionTime": now,
 			"observedGeneration": c.obj.GetGeneration(),
-			"message":            "stored artifact for revision '" + c.a.Revision + "' from " + c.origin,
+			"message":            "stored artifact for revision '" + c.f.Revision + "' from " + c.origin,
 		}},
 	}
 	if err := unstructured.SetNestedMap(c.obj.Object, status, "status"); err != nil {
@@ -490,10 +571,10 @@ func (p *Publisher) usedLocked(file, except string) bool {
 	return false
 }
 
-// object reads the object, creating it if it is missing, and returns it
-// when it must change to point at a; nil when it points at a already
-// (with force, at a from origin).
-func (p *Publisher) object(ctx context.Context, v *view, name string, a artifact.Artifact, force bool, origin string) (*unstructured.Unstructured, error) {
+// object reads the object, creating it if it is missing, and says whether
+// it must change to point at a: not when it points at a already (with
+// force, at a from origin).
+func (p *Publisher) object(ctx context.Context, v *view, name string, a artifact.Artifact, force bool, origin string) (*unstructured.Unstructured, bool, error) {
 	res := p.o.Client.Resource(flux.ExternalArtifacts).Namespace(p.o.Namespace)
 	obj, err := v.get(ctx, flux.ExternalArtifacts, name)
 	if apierrors.IsNotFound(err) {
@@ -509,19 +590,19 @@ func (p *Publisher) object(ctx context.Context, v *view, name string, a artifact
 		}
 	}
 	if err != nil {
-		return nil, err
+		return nil, false, err
 	}
 	was, _, _ := unstructured.NestedString(obj.Object, "status", "artifact", "metadata", OriginRevision)
-	if rev, _, _ := unstructured.NestedString(obj.Object, "status", "artifact", "revision"); rev == a.Revision && (!force || was == origin) {
+	if d, _, _ := unstructured.NestedString(obj.Object, "status", "artifact", "digest"); d == a.Digest && (!force || was == origin) {
 		// Published before (by this replica before a restart, or another,
 		// at another commit): the same digest is the same bytes, served
 		// here under the URL the object names too.
 		if u, _, _ := unstructured.NestedString(obj.Object, "status", "artifact", "url"); strings.HasPrefix(u, strings.TrimSuffix(p.o.URL, "/")+"/") {
 			p.serve(name, strings.TrimPrefix(u, strings.TrimSuffix(p.o.URL, "/")+"/"), a.Data)
 		}
-		return nil, nil
+		return obj, false, nil
 	}
-	return obj, nil
+	return obj, true, nil
 }
 
 // FromTemplate returns a Kustomization named name, in tmpl's namespace,

@@ -272,7 +272,7 @@ func TestReplicasPublishInTheOrderOfTheirPushes(t *testing.T) {
 				// B reads the object (at C3's folder, so B must write: set
 				// it back to empty first), finds C3 still the head, and A
 				// pushes and publishes before B writes.
-				setRevision(t, dyn, name, "")
+				setDigest(t, dyn, name, "")
 				b.CheckHeadWith(func(context.Context) (string, error) {
 					was := head
 					if !interleaved {
@@ -294,8 +294,8 @@ func TestReplicasPublishInTheOrderOfTheirPushes(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if rev, _, _ := unstructured.NestedString(obj.Object, "status", "artifact", "revision"); rev != want.Revision {
-				t.Errorf("the ExternalArtifact is at %s, want C4's folder %s", rev, want.Revision)
+			if d, _, _ := unstructured.NestedString(obj.Object, "status", "artifact", "digest"); d != want.Digest {
+				t.Errorf("the ExternalArtifact is at %s, want C4's folder %s", d, want.Digest)
 			}
 		})
 	}
@@ -342,16 +342,16 @@ func optimisticClient() (*dynfake.FakeDynamicClient, *int) {
 	return dyn, &conflicts
 }
 
-// setRevision sets an ExternalArtifact's published revision, as a write
+// setDigest sets the digest of an ExternalArtifact's archive, as a write
 // of another replica would.
-func setRevision(t *testing.T, dyn *dynfake.FakeDynamicClient, name, rev string) {
+func setDigest(t *testing.T, dyn *dynfake.FakeDynamicClient, name, digest string) {
 	t.Helper()
 	res := dyn.Resource(flux.ExternalArtifacts).Namespace("flux-system")
 	obj, err := res.Get(context.Background(), name, metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := unstructured.SetNestedField(obj.Object, rev, "status", "artifact", "revision"); err != nil {
+	if err := unstructured.SetNestedField(obj.Object, digest, "status", "artifact", "digest"); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := res.UpdateStatus(context.Background(), obj, metav1.UpdateOptions{}); err != nil {
@@ -401,14 +401,24 @@ func abaCommits(t *testing.T) (c0, c1, c2 memtree.Tree, want artifact.Artifact) 
 	return c0, c1, c2, want
 }
 
-func revisionOf(t *testing.T, p *Publisher, name string) string {
+// abaReplica is abaCommits, the folder's object name and a replica on an
+// optimistic client whose branch is at *head ("c0").
+func abaReplica(t *testing.T) (c0, c1, c2 memtree.Tree, name string, dyn *dynfake.FakeDynamicClient, head *string, p *Publisher) {
+	t.Helper()
+	c0, c1, c2, _ = abaCommits(t)
+	dyn, _ = optimisticClient()
+	at := "c0"
+	return c0, c1, c2, Name("premium", "shard-00"), dyn, &at, replica(dyn, &at)
+}
+
+func digestOf(t *testing.T, p *Publisher, name string) string {
 	t.Helper()
 	obj, err := p.o.Client.Resource(flux.ExternalArtifacts).Namespace("flux-system").Get(context.Background(), name, metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	rev, _, _ := unstructured.NestedString(obj.Object, "status", "artifact", "revision")
-	return rev
+	d, _, _ := unstructured.NestedString(obj.Object, "status", "artifact", "digest")
+	return d
 }
 
 // TestPublishAfterOwnPushTrustsTreesOverAnotherReplicasWrite: B published
@@ -435,8 +445,8 @@ func TestPublishAfterOwnPushTrustsTreesOverAnotherReplicasWrite(t *testing.T) {
 	if _, err := b.Publish(ctx, c2, "c2", links(c0, c1, c2)); err != nil { // on B's push signal: no Forget
 		t.Fatal(err)
 	}
-	if rev := revisionOf(t, b, name); rev != want.Revision {
-		t.Errorf("head is C2, the ExternalArtifact is at %s (C1's folder), want C2's %s", rev, want.Revision)
+	if d := digestOf(t, b, name); d != want.Digest {
+		t.Errorf("head is C2, the ExternalArtifact is at %s (C1's folder), want C2's %s", d, want.Digest)
 	}
 }
 
@@ -484,8 +494,8 @@ func TestAFolderOfASupersededPushIsWrittenByTheNextPublish(t *testing.T) {
 		t.Fatal(err)
 	}
 	origin, _, _ := unstructured.NestedString(obj.Object, "status", "artifact", "metadata", OriginRevision)
-	if rev, _, _ := unstructured.NestedString(obj.Object, "status", "artifact", "revision"); rev != want.Revision || origin != "main@sha1:c3" {
-		t.Errorf("the ExternalArtifact is at %s from %s, want %s written from C3", rev, origin, want.Revision)
+	if d, _, _ := unstructured.NestedString(obj.Object, "status", "artifact", "digest"); d != want.Digest || origin != "main@sha1:c3" {
+		t.Errorf("the ExternalArtifact is at %s from %s, want %s written from C3", d, origin, want.Digest)
 	}
 	// C4 from C3 changes no shard folder: nothing is written.
 	c4 := maps.Clone(c3)
@@ -552,13 +562,14 @@ func TestAPeriodicPublishReadsEachKindOnce(t *testing.T) {
 	if again := p.built[path.Join("root/tenants/premium", "shard-00")].a.Data; &again[0] != &built[0] {
 		t.Error("an unchanged folder's archive was built again")
 	}
-	// A push that changes one folder: one read, one write, no listing.
+	// A push that changes one folder: a read of its object and of its
+	// Kustomization (applying the archive before?), one write, no listing.
 	next := maps.Clone(tree)
 	next["root/tenants/basic/shard-03/a.yaml"] = "kind: ConfigMap\nmetadata:\n  name: basic-3-changed\n"
 	if _, err := p.Publish(ctx, next, "c2", links(tree, next)); err != nil {
 		t.Fatal(err)
 	}
-	if got, want := verbs(), map[string]int{"get externalartifacts": 1, "update externalartifacts": 1}; !maps.Equal(got, want) {
+	if got, want := verbs(), map[string]int{"get externalartifacts": 1, "get kustomizations": 1, "update externalartifacts": 1}; !maps.Equal(got, want) {
 		t.Errorf("the publish of a push changing one folder made %v, want %v", got, want)
 	}
 }
@@ -626,9 +637,150 @@ func TestANewerPublishFencesAnOlderWriteReadBefore(t *testing.T) {
 			if !interleaved || *conflicts != 1 || !errors.Is(errA, ErrSuperseded) {
 				t.Errorf("planned interleaving: B published between A's read and write %v, conflicts %d (want 1), A's publish %v (want ErrSuperseded)", interleaved, *conflicts, errA)
 			}
-			if rev := revisionOf(t, a, Name("premium", "shard-00")); rev != want.Revision || errB != nil {
-				t.Errorf("the head is B's, the ExternalArtifact is at %s (C1's folder), want B's %s; B's publish: %v", rev, want.Revision, errB)
+			if d := digestOf(t, a, Name("premium", "shard-00")); d != want.Digest || errB != nil {
+				t.Errorf("the head is B's, the ExternalArtifact is at %s (C1's folder), want B's %s; B's publish: %v", d, want.Digest, errB)
 			}
 		})
+	}
+}
+
+// TestARevisionIsNeverOneTheObjectHeldBefore: a folder back to what it held
+// (C0, C1, then C2 with C0's content) gets a revision of its own, not C0's
+// again: a Kustomization that last applied C0's would look as if it had
+// applied C2's while it applies C1's. A write that changes nothing (a
+// restart publishing the same folder from a later commit) keeps the
+// revision, so nothing is applied for it.
+func TestARevisionIsNeverOneTheObjectHeldBefore(t *testing.T) {
+	ctx := context.Background()
+	c0, c1, c2, name, dyn, head, p := abaReplica(t)
+	status := func() (rev, digest, origin string) {
+		obj, err := dyn.Resource(flux.ExternalArtifacts).Namespace("flux-system").Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		rev, _, _ = unstructured.NestedString(obj.Object, "status", "artifact", "revision")
+		digest, _, _ = unstructured.NestedString(obj.Object, "status", "artifact", "digest")
+		origin, _, _ = unstructured.NestedString(obj.Object, "status", "artifact", "metadata", OriginRevision)
+		return rev, digest, origin
+	}
+	var revs, digests []string
+	chain := []memtree.Tree{c0}
+	for i, c := range []memtree.Tree{c0, c1, c2} {
+		*head = fmt.Sprintf("c%d", i)
+		if i > 0 {
+			chain = append(chain, c)
+		}
+		folders, err := p.Publish(ctx, c, *head, links(chain[max(0, i-1):]...))
+		if err != nil {
+			t.Fatal(err)
+		}
+		rev, digest, origin := status()
+		if origin != "main@sha1:"+*head || len(folders) != 1 || folders[0].Revision != rev {
+			t.Fatalf("%s published from %s, folders %+v, want from %s with revision %s", name, origin, folders, *head, rev)
+		}
+		revs, digests = append(revs, rev), append(digests, digest)
+	}
+	if digests[2] != digests[0] || digests[1] == digests[0] {
+		t.Fatalf("setup: digests %v, want C2's folder to be C0's", digests)
+	}
+	if revs[0] == revs[1] || revs[1] == revs[2] || revs[2] == revs[0] {
+		t.Errorf("revisions %v: want three different ones, the third not C0's again", revs)
+	}
+	if revs[2] != "main@sha1:c2" {
+		t.Errorf("C2's revision %s, want the commit it was first published from", revs[2])
+	}
+
+	// A restart: every folder counts as changed and is written from the
+	// head, C3, which did not touch it; its revision stays.
+	*head = "c3"
+	q := replica(dyn, head)
+	if _, err := q.Publish(ctx, c2, "c3", History{}); err != nil {
+		t.Fatal(err)
+	}
+	if rev, digest, origin := status(); rev != revs[2] || digest != digests[2] || origin != "main@sha1:c3" {
+		t.Errorf("after a restart at C3: revision %s, digest %s, origin %s; want %s kept, written from C3", rev, digest, origin, revs[2])
+	}
+}
+
+// TestANewArchiveWaitsForItsKustomizationsApply: a folder's new archive is
+// not written while its Kustomization is reconciling (ErrApplying; the
+// folder stays pending), is written once it is not, and after maxHold at
+// the latest; a write that keeps the archive (only the origin moves) does
+// not wait.
+func TestANewArchiveWaitsForItsKustomizationsApply(t *testing.T) {
+	ctx := context.Background()
+	c0, c1, c2, name, dyn, head, p := abaReplica(t)
+	clock := time.Date(2026, 12, 5, 0, 0, 0, 0, time.UTC)
+	p.now = func() time.Time { return clock }
+	publish := func(tree memtree.Tree, commit string, h History) error {
+		*head = commit
+		_, err := p.Publish(ctx, tree, commit, h)
+		return err
+	}
+	if err := publish(c0, "c0", History{}); err != nil {
+		t.Fatal(err)
+	}
+	d0 := digestOf(t, p, name)
+	ks := dyn.Resource(flux.Kustomizations).Namespace("flux-system")
+	k := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "kustomize.toolkit.fluxcd.io/v1", "kind": "Kustomization",
+		"metadata": map[string]any{"name": name, "namespace": "flux-system"}}}
+	created := false
+	reconciling := func(on bool) {
+		t.Helper()
+		status := "False"
+		if on {
+			status = "True"
+		}
+		k.Object["status"] = map[string]any{"conditions": []any{map[string]any{"type": "Reconciling", "status": status}}}
+		var err error
+		if !created {
+			k, err = ks.Create(ctx, k, metav1.CreateOptions{})
+			created = true
+		} else {
+			k, err = ks.UpdateStatus(ctx, k, metav1.UpdateOptions{})
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	reconciling(true)
+	if err := publish(c1, "c1", links(c0, c1)); !errors.Is(err, ErrApplying) {
+		t.Fatalf("a new archive while its Kustomization reconciles: %v, want ErrApplying", err)
+	}
+	if d := digestOf(t, p, name); d != d0 {
+		t.Fatalf("written while its Kustomization reconciles: %s", d)
+	}
+	clock = clock.Add(maxHold / 2)
+	if err := publish(c1, "c1", links(c1)); !errors.Is(err, ErrApplying) {
+		t.Fatalf("still reconciling, half of maxHold later: %v, want ErrApplying", err)
+	}
+	reconciling(false)
+	if err := publish(c1, "c1", links(c1)); err != nil {
+		t.Fatalf("the apply done: %v", err)
+	}
+	d1 := digestOf(t, p, name)
+	if d1 == d0 {
+		t.Fatal("the folder held is not written once its Kustomization is done")
+	}
+
+	reconciling(true)
+	if err := publish(c2, "c2", links(c1, c2)); !errors.Is(err, ErrApplying) {
+		t.Fatalf("C2 while its Kustomization reconciles: %v", err)
+	}
+	clock = clock.Add(maxHold)
+	if err := publish(c2, "c2", links(c2)); err != nil {
+		t.Fatalf("after maxHold: %v", err)
+	}
+	if d := digestOf(t, p, name); d != d0 {
+		t.Fatalf("after maxHold the folder is at %s, want C2's (C0's content) %s", d, d0)
+	}
+
+	// A restart at C3, which did not touch the folder: written from C3
+	// (its origin) at once, the archive the same.
+	q := replica(dyn, head)
+	*head = "c3"
+	if _, err := q.Publish(ctx, c2, "c3", History{}); err != nil {
+		t.Fatalf("a write keeping the archive while the Kustomization reconciles: %v", err)
 	}
 }

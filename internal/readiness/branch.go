@@ -129,6 +129,9 @@ func (b *branch) unknown(st flux.State) []string {
 	for _, k := range st.Kustomizations {
 		named[k.LastApplied], named[k.LastAttempted] = true, true
 	}
+	for _, sh := range st.Shards {
+		named[sh.Origin] = true
+	}
 	delete(named, "")
 	for r := range b.settled {
 		if !named[r] {

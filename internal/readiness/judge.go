@@ -56,14 +56,38 @@ func (f *Follower) behind(k flux.Kustomization, fetched string) bool {
 }
 
 // appliedIn reports whether every Kustomization that reads p applied it in
-// st; f.mu is held.
+// st, shard folders' own included; f.mu is held.
 func (f *Follower) appliedIn(p *follow, st flux.State) bool {
 	for _, k := range st.Kustomizations {
 		if reads(k, p.Releases) && !f.branch.atOrAfter(k.LastApplied, p.Commit) {
 			return false
 		}
 	}
+	for _, name := range f.shardsOf(p) {
+		if sh, ok := st.Shards[name]; ok && !f.shardHolds(sh, p) {
+			return false
+		}
+	}
 	return true
+}
+
+// shardHolds reports whether the archive of a shard folder is from p's
+// commit or a later one; f.mu is held.
+func (f *Follower) shardHolds(sh flux.Shard, p *follow) bool {
+	return sh.Revision != "" && sh.Applied == sh.Revision && f.branch.atOrAfter(sh.Origin, p.Commit)
+}
+
+// shardFailed returns a shard folder of p whose Kustomization failed to
+// apply the archive published from p's commit or a later one.
+func (f *Follower) shardFailed(p *follow, st flux.State) (string, flux.Shard, bool) {
+	for _, name := range f.shardsOf(p) {
+		sh, ok := st.Shards[name]
+		if ok && sh.Revision != "" && sh.Applied != sh.Revision && sh.Attempted == sh.Revision &&
+			sh.Ready.Status == "False" && f.branch.atOrAfter(sh.Origin, p.Commit) {
+			return name, sh, true
+		}
+	}
+	return "", flux.Shard{}, false
 }
 
 // live returns the releases of p that no later change replaced.
@@ -153,6 +177,9 @@ func (f *Follower) judge(p *follow, st flux.State, now time.Time) (Event, bool, 
 				k.Ready.Status == "False" && f.branch.atOrAfter(k.LastAttempted, p.Commit) {
 				return end(OutcomeFailed, k.Ready.Reason, fmt.Sprintf("Kustomization %s: %s", k.Name, k.Ready.Message))
 			}
+		}
+		if name, sh, failed := f.shardFailed(p, st); failed {
+			return end(OutcomeFailed, sh.Ready.Reason, fmt.Sprintf("Kustomization %s: %s", name, sh.Ready.Message))
 		}
 		if f.appliedIn(p, st) {
 			if p.fetched.IsZero() {

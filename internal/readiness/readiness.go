@@ -79,8 +79,10 @@ type Cluster interface {
 	RequestFetch(ctx context.Context, at time.Time) error
 	// RequestApply asks the named Kustomizations to apply now.
 	RequestApply(ctx context.Context, names []string, at time.Time) error
-	// Read returns where Flux stands, as the client's watches saw it.
-	Read(ctx context.Context, namespaces []string) (flux.State, error)
+	// Read returns where Flux stands, as the client's watches saw it: the
+	// HelmReleases of namespaces, and the shard folders named that a
+	// Kustomization of their own applies.
+	Read(ctx context.Context, namespaces, shards []string) (flux.State, error)
 	// Generations reads from the API server itself, not a watch, the
 	// metadata.generation of the HelmReleases named namespace/name; one
 	// that does not exist is left out.
@@ -138,6 +140,13 @@ type Options struct {
 	OnPending func(n int)
 	// NoReconcile leaves Flux to its interval: no reconcile requests.
 	NoReconcile bool
+	// Shard, if set, names the shard folder a release's file is in (the
+	// name of its ExternalArtifact and Kustomization, internal/publish), ""
+	// for none. A change counts as applied only once each such folder that
+	// a Kustomization of its own applies has applied an archive published
+	// from the change's commit or a later one: the tenants Kustomization
+	// does not apply those folders.
+	Shard func(path string) string
 }
 
 // Follower follows pushed changes until each is ready, failed, superseded
@@ -309,19 +318,17 @@ func (f *Follower) requested(ctx context.Context, err error) {
 func (f *Follower) step(ctx context.Context) {
 	f.report(ctx, f.finish(func(p *follow) (Event, bool) { return f.superseded(p, f.o.Now()) }))
 	f.mu.Lock()
-	nss := map[string]bool{}
+	nss, shards := map[string]bool{}, map[string]bool{}
 	for _, p := range f.pending {
 		for _, r := range p.Releases {
 			nss[r.Namespace] = true
 		}
+		for _, s := range f.shardsOf(p) {
+			shards[s] = true
+		}
 	}
 	f.mu.Unlock()
-	namespaces := make([]string, 0, len(nss))
-	for ns := range nss {
-		namespaces = append(namespaces, ns)
-	}
-	slices.Sort(namespaces)
-	st, err := f.cluster.Read(ctx, namespaces)
+	st, err := f.cluster.Read(ctx, sortedSet(nss), sortedSet(shards))
 	if err != nil {
 		f.readFailed(ctx, err)
 		now := f.o.Now()
@@ -355,6 +362,29 @@ func (f *Follower) step(ctx context.Context) {
 		}
 	}
 	f.report(ctx, done)
+}
+
+func sortedSet(m map[string]bool) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	slices.Sort(out)
+	return out
+}
+
+// shardsOf names the shard folders of p's releases (Options.Shard).
+func (f *Follower) shardsOf(p *follow) []string {
+	if f.o.Shard == nil {
+		return nil
+	}
+	var out []string
+	for _, r := range p.Releases {
+		if s := f.o.Shard(r.Path); s != "" && !slices.Contains(out, s) {
+			out = append(out, s)
+		}
+	}
+	return out
 }
 
 func (f *Follower) readFailed(ctx context.Context, err error) {

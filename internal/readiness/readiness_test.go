@@ -3,6 +3,7 @@ package readiness
 import (
 	"context"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -40,7 +41,7 @@ func (c *fakeCluster) RequestApply(_ context.Context, names []string, _ time.Tim
 	return nil
 }
 
-func (c *fakeCluster) Read(context.Context, []string) (flux.State, error) {
+func (c *fakeCluster) Read(context.Context, []string, []string) (flux.State, error) {
 	c.mu.Lock()
 	st := c.states[0]
 	if len(c.states) > 1 {
@@ -237,6 +238,78 @@ func TestApplyRequests(t *testing.T) {
 			}
 			if (c.fetches == 0) != tc.noReconcile {
 				t.Errorf("%d fetch requests (no reconcile: %v)", c.fetches, tc.noReconcile)
+			}
+		})
+	}
+}
+
+// TestFollowAShardFolder: a release in a shard folder that a Kustomization
+// of its own applies (from the worker's ExternalArtifact) is applied once
+// that Kustomization applied an archive published from the change's
+// commit or a later one, not when the tenants Kustomization applied the
+// commit: it does not apply the folder. An offboarding whose HelmRelease
+// the folder's Kustomization has not made yet (it applies the onboarding
+// before it) is not ready until that Kustomization applied the
+// offboarding's archive and the release is gone.
+func TestFollowAShardFolder(t *testing.T) {
+	const name = "tenants-premium-shard-00"
+	shard := func(rev, origin, applied, attempted string, ready flux.Condition) map[string]flux.Shard {
+		return map[string]flux.Shard{name: {Revision: rev, Origin: origin, Applied: applied, Attempted: attempted, Ready: ready}}
+	}
+	at := func(s map[string]flux.Shard, rs map[string]flux.HelmRelease) flux.State {
+		return flux.State{Fetched: "c1", Kustomizations: kust("c1", "c1", readyTrue), Shards: s, Releases: rs}
+	}
+	for _, tc := range []struct {
+		name    string
+		gone    bool
+		states  []flux.State
+		outcome string
+		reason  string
+		reads   int // the reading that decides it
+	}{
+		{name: "an offboarding waits for its folder's archive", gone: true, states: []flux.State{
+			at(shard("r0", "old", "r0", "r0", readyTrue), nil),
+			at(shard("r1", "c1", "r0", "r0", readyTrue), hr("0.0.1", readyTrue)),
+			at(shard("r1", "c1", "r1", "r1", readyTrue), hr("0.0.1", readyTrue)),
+			at(shard("r1", "c1", "r1", "r1", readyTrue), nil),
+		}, outcome: OutcomeReady, reads: 4},
+		{name: "an archive from a later commit holds it", states: []flux.State{
+			at(shard("r2", "c2", "r2", "r2", readyTrue), hr("0.0.1", readyTrue)),
+		}, outcome: OutcomeReady, reads: 1},
+		{name: "the folder's Kustomization fails", states: []flux.State{
+			at(shard("r1", "c1", "r0", "r1", flux.Condition{Status: "False", Reason: "BuildFailed", Message: "kustomize build failed"}), hr("0.0.1", readyTrue)),
+		}, outcome: OutcomeFailed, reason: "BuildFailed", reads: 1},
+		{name: "a failure of an older archive waits", states: []flux.State{
+			at(shard("r0", "old", "r", "r0", flux.Condition{Status: "False", Reason: "BuildFailed"}), hr("0.0.1", readyTrue)),
+			at(shard("r1", "c1", "r1", "r1", readyTrue), hr("0.0.1", readyTrue)),
+		}, outcome: OutcomeReady, reads: 2},
+		{name: "a folder with no Kustomization of its own", states: []flux.State{
+			at(nil, hr("0.0.1", readyTrue)),
+		}, outcome: OutcomeReady, reads: 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := &fakeCluster{states: tc.states}
+			done := make(chan Event, 1)
+			f := New(c, Options{Timeout: time.Hour, Poll: time.Millisecond, OnDone: func(e Event) { done <- e },
+				Shard: func(p string) string {
+					if strings.Contains(p, "/shard-00/") {
+						return name
+					}
+					return ""
+				}})
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			go f.Run(ctx)
+			tg := target(tc.gone)
+			tg.Releases[0].Path = tenantsPath + "/premium/shard-00/t1.yaml"
+			f.Pushed([]string{"old"}, nil)
+			f.Pushed([]string{"c1", "c2"}, []Target{tg})
+			e := <-done
+			cancel()
+			c.mu.Lock()
+			defer c.mu.Unlock()
+			if e.Outcome != tc.outcome || e.Reason != tc.reason || c.reads != tc.reads {
+				t.Fatalf("outcome %s (%s: %s) at reading %d, want %s (%s) at %d", e.Outcome, e.Reason, e.Message, c.reads, tc.outcome, tc.reason, tc.reads)
 			}
 		})
 	}
