@@ -138,7 +138,7 @@ spec:
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(role.Rules) != 7 {
+	if len(role.Rules) != 8 { // the 8 TestChartRBAC checks one by one
 		t.Errorf("Role rules %+v", role.Rules)
 	}
 	if _, err := c.Client.RbacV1().ClusterRoleBindings().Get(ctx, "tenant-worker-discovery", metav1.GetOptions{}); err != nil {

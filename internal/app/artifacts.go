@@ -33,9 +33,10 @@ const maxHistory = 64
 // branch moved meanwhile; past it, the next push or tick publishes.
 const maxSuperseded = 5
 
-// applyingRetry is how soon a folder held while its Kustomization applies
-// the archive before (publish.ErrApplying) is published again.
-const applyingRetry = 500 * time.Millisecond
+// applyingRetry is how often the Kustomizations of the folders held while
+// they apply the archive before (publish.ErrApplying) are read again; the
+// branch is published again once one is done.
+const applyingRetry = time.Second
 
 // artifacts makes the publisher of ARTIFACT_URL, or nil without it.
 func artifacts(o wconfig.Options) (*publish.Publisher, error) {
@@ -142,19 +143,27 @@ func servePublisher(ctx context.Context, o wconfig.Options, ln net.Listener, pub
 		default:
 			log.Warn().Err(err).Msg("could not publish the shard folders; trying again")
 		}
-		select {
-		case <-ctx.Done():
-			shut, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-			srv.Shutdown(shut)
-			cancel()
-			wg.Wait()
-			return
-		case <-pushed:
-			fetch = false
-		case <-soon:
-			fetch = false
-		case <-tick.C:
-			fetch = true
+		for waiting := true; waiting; {
+			waiting = false
+			select {
+			case <-ctx.Done():
+				shut, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+				srv.Shutdown(shut)
+				cancel()
+				wg.Wait()
+				return
+			case <-pushed:
+				fetch = false
+			case <-soon:
+				fetch = false
+				// Read the held folders' Kustomizations, without the
+				// repository lock; publish again once one is done.
+				if waiting = pub.Waiting(ctx); waiting {
+					retry.Reset(applyingRetry)
+				}
+			case <-tick.C:
+				fetch = true
+			}
 		}
 		if retry != nil {
 			retry.Stop()

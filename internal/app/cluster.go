@@ -3,6 +3,8 @@ package app
 import (
 	"context"
 	"fmt"
+	"maps"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -108,6 +110,7 @@ func history(ctx context.Context, l gitops.Layout, repo *gitrepo.Repo, since tim
 				MessageID: id, Queue: tr[pipeline.TrailerQueue], Kind: tr[pipeline.TrailerKind],
 				Tenant: tr[pipeline.TrailerTenant], Tier: tr[pipeline.TrailerTier],
 				Commit: c.Hash.String(), Pushed: c.When, Releases: l.Releases(c.Before, c.Changed),
+				Paths: slices.Sorted(maps.Keys(c.Changed)),
 			}
 		}
 		out = append(out, rc)

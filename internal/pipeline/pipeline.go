@@ -93,9 +93,10 @@ type Result struct {
 	Message string
 	// Attempts counts push attempts.
 	Attempts int
-	// Releases are the HelmReleases the pushed change touches (only with
-	// Options.Releases).
+	// Releases are the HelmReleases the pushed change touches, and Paths
+	// the files it wrote or removed (both only with Options.Releases).
 	Releases []gitops.Release
+	Paths    []string
 	// Steps is the time spent in each step (lock, sync, render, commit,
 	// validate, push) by the batch the job was part of, over all attempts.
 	Steps map[string]time.Duration

@@ -5,7 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"maps"
 	"path"
+	"slices"
 	"strings"
 	"time"
 
@@ -135,6 +137,7 @@ func (b *batch) applyJob(ctx context.Context, i int) {
 	res.Commit = commit
 	if b.p.opts.Releases {
 		res.Releases = b.p.opts.Layout.Releases(before, plan.Files)
+		res.Paths = slices.Sorted(maps.Keys(plan.Files))
 	}
 	b.pending[i] = true
 }

@@ -11,6 +11,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"net/http"
 	"path"
 	"slices"
@@ -98,15 +99,16 @@ type Publisher struct {
 	// points at the same archive (see Publish).
 	pending map[string]bool
 	// holding are the folders whose new archive waits for their
-	// Kustomization's apply, since when (see settled).
-	holding map[string]time.Time
+	// Kustomization's apply, by folder (see settled). A folder leaves it
+	// once its object is written or found as it should be.
+	holding map[string]hold
 	now     func() time.Time
 }
 
 // New returns a Publisher.
 func New(o Options) *Publisher {
 	return &Publisher{o: o, served: map[string][]byte{}, byName: map[string][]string{}, trees: map[string]string{}, applied: map[string]bool{},
-		pending: map[string]bool{}, built: map[string]builtDir{}, holding: map[string]time.Time{}, now: time.Now}
+		pending: map[string]bool{}, built: map[string]builtDir{}, holding: map[string]hold{}, now: time.Now}
 }
 
 // BuildWith sets Options.At; call it before serving.
@@ -228,6 +230,7 @@ func (p *Publisher) Publish(ctx context.Context, snap Source, commit string, h H
 			p.Forget()
 			p.mu.Lock()
 			clear(p.pending)
+			clear(p.holding)
 			p.last = ""
 			p.mu.Unlock()
 		}
@@ -411,24 +414,32 @@ func (p *Publisher) read(ctx context.Context, v *view, snap Source, commit, tier
 }
 
 // ErrApplying: the Kustomization of a folder to write is applying the
-// folder's current archive. The folder is written by a later Publish
-// (call again soon), once it is done or after maxHold.
+// folder's current archive. The folder is written by a later Publish, once
+// that apply is done or maxHold after it was first held (see Waiting).
 var ErrApplying = errors.New("its Kustomization is applying the folder's current archive")
 
 // maxHold bounds how long a folder's new archive waits for its
-// Kustomization to finish applying the one before.
+// Kustomization to finish applying the one before, from the first time it
+// was held until it is written.
 const maxHold = time.Minute
 
-// settled returns ErrApplying while the folder's Kustomization is
-// reconciling (its Reconciling condition is True), for at most maxHold
-// per folder. kustomize-controller starts the next revision right after
-// the one it applies, reading the Kustomization from its cache, and a
-// cache not yet holding the status it just wrote has the inventory from
-// before: an object the first revision made and the next one removes is
-// then neither pruned nor kept in the inventory, and stays in the cluster
-// for good (a tenant's offboarding right after its onboarding). Written
-// once the apply is done, the next archive's apply starts from its own
-// event, after the worker read the finished status.
+// A hold is a folder whose new archive waits: its object's name and since
+// when.
+type hold struct {
+	name  string
+	since time.Time
+}
+
+// settled returns ErrApplying while the folder's Kustomization is applying
+// (see applying), for at most maxHold per folder. kustomize-controller
+// starts the next revision right after the one it applies, reading the
+// Kustomization from its cache, and a cache not yet holding the status it
+// just wrote has the inventory from before: an object the first revision
+// made and the next one removes is then neither pruned nor kept in the
+// inventory, and stays in the cluster for good (a tenant's offboarding
+// right after its onboarding). Written once the apply is done, the next
+// archive's apply starts from its own event, after the worker read the
+// finished status.
 func (p *Publisher) settled(ctx context.Context, v *view, c *change) error {
 	k, err := v.get(ctx, flux.Kustomizations, c.f.Name)
 	if apierrors.IsNotFound(err) {
@@ -437,29 +448,56 @@ func (p *Publisher) settled(ctx context.Context, v *view, c *change) error {
 	if err != nil {
 		return fmt.Errorf("publish %s: read its Kustomization: %w", c.f.Name, err)
 	}
-	reconciling := false
-	conds, _, _ := unstructured.NestedSlice(k.Object, "status", "conditions")
-	for _, cond := range conds {
-		if m, ok := cond.(map[string]any); ok && m["type"] == "Reconciling" && m["status"] == "True" {
-			reconciling = true
-		}
-	}
 	now := p.now()
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if !reconciling {
-		delete(p.holding, c.dir)
-		return nil
+	h, held := p.holding[c.dir]
+	if !held {
+		h = hold{name: c.f.Name, since: now}
 	}
-	since, ok := p.holding[c.dir]
-	if !ok {
-		p.holding[c.dir], since = now, now
+	if !applying(k) || now.Sub(h.since) >= maxHold {
+		return nil // held until written (done), so a refused write is not held again
 	}
-	if now.Sub(since) >= maxHold {
-		delete(p.holding, c.dir)
-		return nil
-	}
+	p.holding[c.dir] = h
 	return fmt.Errorf("publish %s: %w", c.f.Name, ErrApplying)
+}
+
+// applying reports whether kustomize-controller is applying Kustomization
+// k: its Reconciling condition is True, and not for a retry after a
+// failure (reason ProgressingWithRetry, kept until the next success).
+func applying(k *unstructured.Unstructured) bool {
+	conds, _, _ := unstructured.NestedSlice(k.Object, "status", "conditions")
+	for _, cond := range conds {
+		if m, ok := cond.(map[string]any); ok && m["type"] == "Reconciling" {
+			return m["status"] == "True" && m["reason"] != "ProgressingWithRetry"
+		}
+	}
+	return false
+}
+
+// Waiting reports whether every folder held (ErrApplying) still waits: its
+// Kustomization still applying, and maxHold not passed. It reads each
+// held folder's Kustomization and nothing of the branch, so a publisher
+// calls it between tries instead of publishing again; false (publish now)
+// when one can be written, or a Kustomization cannot be read.
+func (p *Publisher) Waiting(ctx context.Context) bool {
+	p.mu.Lock()
+	holds := slices.Collect(maps.Values(p.holding))
+	p.mu.Unlock()
+	if len(holds) == 0 {
+		return false
+	}
+	res := p.o.Client.Resource(flux.Kustomizations).Namespace(p.o.Namespace)
+	for _, h := range holds {
+		if p.now().Sub(h.since) >= maxHold {
+			return false
+		}
+		k, err := res.Get(ctx, h.name, metav1.GetOptions{})
+		if err != nil || !applying(k) {
+			return false
+		}
+	}
+	return true
 }
 
 // write points the object read at the folder's archive, unless it was
@@ -502,6 +540,7 @@ func (p *Publisher) done(ctx context.Context, v *view, c *change) error {
 	p.mu.Lock()
 	p.trees[c.dir] = c.tree
 	delete(p.pending, c.dir)
+	delete(p.holding, c.dir)
 	p.mu.Unlock()
 	return nil
 }

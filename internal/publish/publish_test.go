@@ -709,9 +709,10 @@ func TestARevisionIsNeverOneTheObjectHeldBefore(t *testing.T) {
 // not wait.
 func TestANewArchiveWaitsForItsKustomizationsApply(t *testing.T) {
 	ctx := context.Background()
-	c0, c1, c2, name, dyn, head, p := abaReplica(t)
-	clock := time.Date(2026, 12, 5, 0, 0, 0, 0, time.UTC)
-	p.now = func() time.Time { return clock }
+	p, head, clock, k := holdRig(t)
+	c0, c1, c2, _ := abaCommits(t)
+	name := Name("premium", "shard-00")
+	dyn := p.o.Client
 	publish := func(tree memtree.Tree, commit string, h History) error {
 		*head = commit
 		_, err := p.Publish(ctx, tree, commit, h)
@@ -721,26 +722,11 @@ func TestANewArchiveWaitsForItsKustomizationsApply(t *testing.T) {
 		t.Fatal(err)
 	}
 	d0 := digestOf(t, p, name)
-	ks := dyn.Resource(flux.Kustomizations).Namespace("flux-system")
-	k := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "kustomize.toolkit.fluxcd.io/v1", "kind": "Kustomization",
-		"metadata": map[string]any{"name": name, "namespace": "flux-system"}}}
-	created := false
 	reconciling := func(on bool) {
-		t.Helper()
-		status := "False"
 		if on {
-			status = "True"
-		}
-		k.Object["status"] = map[string]any{"conditions": []any{map[string]any{"type": "Reconciling", "status": status}}}
-		var err error
-		if !created {
-			k, err = ks.Create(ctx, k, metav1.CreateOptions{})
-			created = true
+			k(reconcilingTrue)
 		} else {
-			k, err = ks.UpdateStatus(ctx, k, metav1.UpdateOptions{})
-		}
-		if err != nil {
-			t.Fatal(err)
+			k(reconcilingFalse)
 		}
 	}
 
@@ -751,7 +737,7 @@ func TestANewArchiveWaitsForItsKustomizationsApply(t *testing.T) {
 	if d := digestOf(t, p, name); d != d0 {
 		t.Fatalf("written while its Kustomization reconciles: %s", d)
 	}
-	clock = clock.Add(maxHold / 2)
+	*clock = clock.Add(maxHold / 2)
 	if err := publish(c1, "c1", links(c1)); !errors.Is(err, ErrApplying) {
 		t.Fatalf("still reconciling, half of maxHold later: %v, want ErrApplying", err)
 	}
@@ -768,7 +754,7 @@ func TestANewArchiveWaitsForItsKustomizationsApply(t *testing.T) {
 	if err := publish(c2, "c2", links(c1, c2)); !errors.Is(err, ErrApplying) {
 		t.Fatalf("C2 while its Kustomization reconciles: %v", err)
 	}
-	clock = clock.Add(maxHold)
+	*clock = clock.Add(maxHold)
 	if err := publish(c2, "c2", links(c2)); err != nil {
 		t.Fatalf("after maxHold: %v", err)
 	}
@@ -778,9 +764,213 @@ func TestANewArchiveWaitsForItsKustomizationsApply(t *testing.T) {
 
 	// A restart at C3, which did not touch the folder: written from C3
 	// (its origin) at once, the archive the same.
-	q := replica(dyn, head)
+	q := replica(dyn.(*dynfake.FakeDynamicClient), head)
 	*head = "c3"
 	if _, err := q.Publish(ctx, c2, "c3", History{}); err != nil {
 		t.Fatalf("a write keeping the archive while the Kustomization reconciles: %v", err)
+	}
+}
+
+func holdRig(t *testing.T) (*Publisher, *string, *time.Time, func(conds ...map[string]any)) {
+	t.Helper()
+	_, _, _, name, dyn, head, p := abaReplica(t)
+	clock := time.Date(2026, 12, 5, 0, 0, 0, 0, time.UTC)
+	p.now = func() time.Time { return clock }
+	ks := dyn.Resource(flux.Kustomizations).Namespace("flux-system")
+	k := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "kustomize.toolkit.fluxcd.io/v1", "kind": "Kustomization",
+		"metadata": map[string]any{"name": name, "namespace": "flux-system"}}}
+	made := false
+	set := func(conds ...map[string]any) {
+		t.Helper()
+		cs := make([]any, len(conds))
+		for i, c := range conds {
+			cs[i] = c
+		}
+		k.Object["status"] = map[string]any{"conditions": cs}
+		var err error
+		if !made {
+			k, err = ks.Create(context.Background(), k, metav1.CreateOptions{})
+			made = true
+		} else {
+			k, err = ks.UpdateStatus(context.Background(), k, metav1.UpdateOptions{})
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	return p, head, &clock, set
+}
+
+var (
+	reconcilingTrue  = map[string]any{"type": "Reconciling", "status": "True", "reason": "Progressing"}
+	reconcilingFalse = map[string]any{"type": "Reconciling", "status": "False"}
+)
+
+// TestAHoldEndedUnseenStillHoldsALaterArchive: a hold that ends without
+// the Kustomization seen idle (the folder went back to the archive its
+// object holds, so nothing new is written) is forgotten: a later new
+// archive during a later apply is held again (the review of 70febc7).
+func TestAHoldEndedUnseenStillHoldsALaterArchive(t *testing.T) {
+	ctx := context.Background()
+	p, head, clock, k := holdRig(t)
+	a, b, c := shardTree("a", "b"), shardTree("a"), shardTree("a", "c")
+	pub := func(tree memtree.Tree, commit string, h History) error {
+		*head = commit
+		_, err := p.Publish(ctx, tree, commit, h)
+		return err
+	}
+	if err := pub(a, "c0", History{}); err != nil {
+		t.Fatal(err)
+	}
+	k(reconcilingTrue)
+	if err := pub(b, "c1", links(a, b)); !errors.Is(err, ErrApplying) {
+		t.Fatalf("c1 during an apply: %v, want ErrApplying", err)
+	}
+	// c2 takes the folder back to what its object holds: written (origin
+	// only), no new archive, no settled.
+	if err := pub(a, "c2", links(a, b, a)); err != nil {
+		t.Fatalf("c2: %v", err)
+	}
+	k(reconcilingFalse)
+	// An hour later, the Kustomization applies again (its interval, or a
+	// change of another folder's archive... any apply), and c3 brings a new
+	// archive.
+	*clock = clock.Add(time.Hour)
+	k(reconcilingTrue)
+	if err := pub(c, "c3", links(a, c)); !errors.Is(err, ErrApplying) {
+		t.Errorf("a new archive while the Kustomization applies, an hour after a hold that ended unseen: %v, want ErrApplying (held), got written at once", err)
+	}
+}
+
+// TestAHoldRunOutIsNotStartedAgainByARefusedWrite: a hold that runs out
+// while the replica's commit is no longer the head (another replica
+// pushed) is kept until the folder is written: the publish of the new head
+// writes it at once, not after another maxHold.
+func TestAHoldRunOutIsNotStartedAgainByARefusedWrite(t *testing.T) {
+	ctx := context.Background()
+	p, head, clock, k := holdRig(t)
+	a, b := shardTree("a", "b"), shardTree("a")
+	if _, err := p.Publish(ctx, a, "c0", History{}); err != nil {
+		t.Fatal(err)
+	}
+	k(reconcilingTrue)
+	*head = "c1"
+	if _, err := p.Publish(ctx, b, "c1", links(a, b)); !errors.Is(err, ErrApplying) {
+		t.Fatalf("c1 during an apply: %v, want ErrApplying", err)
+	}
+	// A minute later the retry (fetch=false: still c1) runs the hold out,
+	// but another replica pushed c2 (touching another folder) meanwhile.
+	*clock = clock.Add(maxHold)
+	*head = "c2"
+	if _, err := p.Publish(ctx, b, "c1", links(a, b)); !errors.Is(err, ErrSuperseded) {
+		t.Fatalf("the retry of c1 once c2 is the head: %v, want ErrSuperseded", err)
+	}
+	// servePublisher fetches and publishes c2 at once.
+	*clock = clock.Add(time.Millisecond)
+	_, err := p.Publish(ctx, b, "c2", links(a, b, b))
+	if errors.Is(err, ErrApplying) {
+		t.Errorf("the folder's archive has waited %s > maxHold, and is held again (a new minute): %v", maxHold+time.Millisecond, err)
+	}
+}
+
+// TestAFailedKustomizationWaitingForItsRetryHoldsNothing: a Kustomization
+// whose last apply failed keeps Reconciling=True (reason
+// ProgressingWithRetry, kustomize-controller's finalizeStatus) while it
+// waits for its retry: nothing is being applied, and the archive that
+// may fix the folder is written at once.
+func TestAFailedKustomizationWaitingForItsRetryHoldsNothing(t *testing.T) {
+	ctx := context.Background()
+	p, head, _, k := holdRig(t)
+	a, b := shardTree("a", "b"), shardTree("a")
+	if _, err := p.Publish(ctx, a, "c0", History{}); err != nil {
+		t.Fatal(err)
+	}
+	k(map[string]any{"type": "Ready", "status": "False", "reason": "HealthCheckFailed"},
+		map[string]any{"type": "Reconciling", "status": "True", "reason": "ProgressingWithRetry"})
+	*head = "c1"
+	if _, err := p.Publish(ctx, b, "c1", links(a, b)); errors.Is(err, ErrApplying) {
+		t.Errorf("a failed Kustomization waiting for its retry holds the next archive: %v", err)
+	}
+}
+
+// TestAHoldAnotherReplicaEndedIsForgotten: two replicas hold the same
+// folder; the apply ends and one of them writes the archive. The other's
+// next publish finds it written and forgets its hold, so its next new
+// archive for the folder, a while later during an apply, is held.
+func TestAHoldAnotherReplicaEndedIsForgotten(t *testing.T) {
+	ctx := context.Background()
+	x, head, clock, k := holdRig(t)
+	y := replica(x.o.Client.(*dynfake.FakeDynamicClient), head)
+	y.now = x.now
+	a, b, c := shardTree("a", "b"), shardTree("a"), shardTree("a", "c")
+	if _, err := x.Publish(ctx, a, "c0", History{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := y.Publish(ctx, a, "c0", History{}); err != nil {
+		t.Fatal(err)
+	}
+	k(reconcilingTrue)
+	*head = "c1"
+	for _, p := range []*Publisher{x, y} {
+		if _, err := p.Publish(ctx, b, "c1", links(a, b)); !errors.Is(err, ErrApplying) {
+			t.Fatalf("c1 during an apply: %v, want ErrApplying", err)
+		}
+	}
+	k(reconcilingFalse)
+	if _, err := y.Publish(ctx, b, "c1", links(a, b)); err != nil { // y's retry comes first
+		t.Fatal(err)
+	}
+	if _, err := x.Publish(ctx, b, "c1", links(a, b)); err != nil { // x's: nothing left to write
+		t.Fatal(err)
+	}
+	*clock = clock.Add(10 * time.Minute)
+	k(reconcilingTrue) // applying c1's archive, or its interval's apply
+	*head = "c2"
+	stale := maps.Clone(x.holding)
+	if _, err := x.Publish(ctx, c, "c2", links(b, c)); !errors.Is(err, ErrApplying) {
+		t.Errorf("x's new archive during an apply (now %s): %v, want ErrApplying; x's holding before it: %v", x.now().Format(time.TimeOnly), err, stale)
+	}
+}
+
+// TestWaitingReadsTheHeldFoldersKustomizations: between tries a publisher
+// asks Waiting, which reads only the held folders' Kustomizations: true
+// while one applies, false once it is done or maxHold passed, and false
+// with nothing held.
+func TestWaitingReadsTheHeldFoldersKustomizations(t *testing.T) {
+	ctx := context.Background()
+	p, head, clock, k := holdRig(t)
+	c0, c1, _, _ := abaCommits(t)
+	if p.Waiting(ctx) {
+		t.Fatal("waiting with nothing held")
+	}
+	if _, err := p.Publish(ctx, c0, "c0", History{}); err != nil {
+		t.Fatal(err)
+	}
+	k(reconcilingTrue)
+	*head = "c1"
+	if _, err := p.Publish(ctx, c1, "c1", links(c0, c1)); !errors.Is(err, ErrApplying) {
+		t.Fatalf("c1 during an apply: %v", err)
+	}
+	dyn := p.o.Client.(*dynfake.FakeDynamicClient)
+	dyn.ClearActions()
+	if !p.Waiting(ctx) {
+		t.Error("not waiting while the Kustomization applies")
+	}
+	for _, a := range dyn.Actions() {
+		if a.GetVerb() != "get" || a.GetResource() != flux.Kustomizations {
+			t.Errorf("Waiting made %s %s, want only a get of the Kustomization", a.GetVerb(), a.GetResource().Resource)
+		}
+	}
+	*clock = clock.Add(maxHold)
+	if p.Waiting(ctx) {
+		t.Error("waiting past maxHold")
+	}
+	*clock = clock.Add(-maxHold)
+	k(reconcilingFalse)
+	if p.Waiting(ctx) {
+		t.Error("waiting once the apply is done")
+	}
+	if _, err := p.Publish(ctx, c1, "c1", links(c1)); err != nil || p.Waiting(ctx) {
+		t.Errorf("written: %v; waiting %v, want nothing held", err, p.Waiting(ctx))
 	}
 }

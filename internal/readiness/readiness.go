@@ -50,6 +50,10 @@ type Target struct {
 	Commit                               string
 	Pushed                               time.Time
 	Releases                             []gitops.Release
+	// Paths are the files the change wrote or removed: a shard folder
+	// among them is followed even when no HelmRelease of it was read (one
+	// inside a List, a template that renders none).
+	Paths []string
 }
 
 // Commit is a commit of the branch: its hash and, when the worker made it,
@@ -373,14 +377,19 @@ func sortedSet(m map[string]bool) []string {
 	return out
 }
 
-// shardsOf names the shard folders of p's releases (Options.Shard).
+// shardsOf names the shard folders of p's files and releases
+// (Options.Shard).
 func (f *Follower) shardsOf(p *follow) []string {
 	if f.o.Shard == nil {
 		return nil
 	}
-	var out []string
+	paths := slices.Clone(p.Paths)
 	for _, r := range p.Releases {
-		if s := f.o.Shard(r.Path); s != "" && !slices.Contains(out, s) {
+		paths = append(paths, r.Path)
+	}
+	var out []string
+	for _, path := range paths {
+		if s := f.o.Shard(path); s != "" && !slices.Contains(out, s) {
 			out = append(out, s)
 		}
 	}

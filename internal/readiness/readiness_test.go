@@ -257,11 +257,14 @@ func TestFollowAShardFolder(t *testing.T) {
 		return map[string]flux.Shard{name: {Revision: rev, Origin: origin, Applied: applied, Attempted: attempted, Ready: ready}}
 	}
 	at := func(s map[string]flux.Shard, rs map[string]flux.HelmRelease) flux.State {
-		return flux.State{Fetched: "c1", Kustomizations: kust("c1", "c1", readyTrue), Shards: s, Releases: rs}
+		ks := kust("c1", "c1", readyTrue)
+		ks[1].LastApplied = "c1" // a change with no release waits for every Kustomization
+		return flux.State{Fetched: "c1", Kustomizations: ks, Shards: s, Releases: rs}
 	}
 	for _, tc := range []struct {
 		name    string
 		gone    bool
+		files   bool // no HelmRelease read: the change's files alone
 		states  []flux.State
 		outcome string
 		reason  string
@@ -283,6 +286,10 @@ func TestFollowAShardFolder(t *testing.T) {
 			at(shard("r0", "old", "r", "r0", flux.Condition{Status: "False", Reason: "BuildFailed"}), hr("0.0.1", readyTrue)),
 			at(shard("r1", "c1", "r1", "r1", readyTrue), hr("0.0.1", readyTrue)),
 		}, outcome: OutcomeReady, reads: 2},
+		{name: "a change with no HelmRelease read follows its files' folder", files: true, states: []flux.State{
+			at(shard("r1", "c1", "r0", "r0", readyTrue), nil),
+			at(shard("r1", "c1", "r1", "r1", readyTrue), nil),
+		}, outcome: OutcomeReady, reads: 2},
 		{name: "a folder with no Kustomization of its own", states: []flux.State{
 			at(nil, hr("0.0.1", readyTrue)),
 		}, outcome: OutcomeReady, reads: 1},
@@ -302,6 +309,10 @@ func TestFollowAShardFolder(t *testing.T) {
 			go f.Run(ctx)
 			tg := target(tc.gone)
 			tg.Releases[0].Path = tenantsPath + "/premium/shard-00/t1.yaml"
+			tg.Paths = []string{tg.Releases[0].Path}
+			if tc.files { // a HelmRelease inside a List, say: none read
+				tg.Releases = nil
+			}
 			f.Pushed([]string{"old"}, nil)
 			f.Pushed([]string{"c1", "c2"}, []Target{tg})
 			e := <-done
