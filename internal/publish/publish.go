@@ -402,7 +402,7 @@ func (p *Publisher) read(ctx context.Context, v *view, snap Source, commit, tier
 	rev, _, _ := unstructured.NestedString(obj.Object, "status", "artifact", "revision")
 	c.f.Revision = Revision(c.a.Digest, was, rev, c.origin)
 	if write && was != "" && was != c.a.Digest {
-		if err := p.settled(ctx, v, c); err != nil {
+		if err := p.settled(ctx, v, c, rev); err != nil {
 			return nil, err
 		}
 	}
@@ -413,8 +413,8 @@ func (p *Publisher) read(ctx context.Context, v *view, snap Source, commit, tier
 	return c, p.done(ctx, v, c)
 }
 
-// ErrApplying: the Kustomization of a folder to write is applying the
-// folder's current archive. The folder is written by a later Publish, once
+// ErrApplying: the Kustomization of a folder to write has not finished
+// applying the folder's current archive. The folder is written by a later Publish, once
 // that apply is done or maxHold after it was first held (see Waiting).
 var ErrApplying = errors.New("its Kustomization is applying the folder's current archive")
 
@@ -423,24 +423,25 @@ var ErrApplying = errors.New("its Kustomization is applying the folder's current
 // was held until it is written.
 const maxHold = time.Minute
 
-// A hold is a folder whose new archive waits: its object's name and since
-// when.
+// A hold is a folder whose new archive waits: its object's name, the
+// revision the object holds, and since when.
 type hold struct {
-	name  string
-	since time.Time
+	name, rev string
+	since     time.Time
 }
 
-// settled returns ErrApplying while the folder's Kustomization is applying
-// (see applying), for at most maxHold per folder. kustomize-controller
-// starts the next revision right after the one it applies, reading the
-// Kustomization from its cache, and a cache not yet holding the status it
-// just wrote has the inventory from before: an object the first revision
-// made and the next one removes is then neither pruned nor kept in the
-// inventory, and stays in the cluster for good (a tenant's offboarding
-// right after its onboarding). Written once the apply is done, the next
-// archive's apply starts from its own event, after the worker read the
-// finished status.
-func (p *Publisher) settled(ctx context.Context, v *view, c *change) error {
+// settled returns ErrApplying while the folder's Kustomization has not
+// finished applying the archive its object holds (rev; see applying), for
+// at most maxHold per folder. kustomize-controller starts a revision that
+// came during an apply right after it, reading the Kustomization from its
+// cache, and a cache not yet holding the status it just wrote has the
+// inventory from before: an object the first revision made and the next
+// one removes is then neither pruned nor kept in the inventory, and stays
+// in the cluster for good (a tenant's offboarding right after its
+// onboarding; seen in TestReadinessWithShardKustomizations). Written once
+// that apply is done, the next archive's apply starts from its own event,
+// after the worker read the finished status.
+func (p *Publisher) settled(ctx context.Context, v *view, c *change, rev string) error {
 	k, err := v.get(ctx, flux.Kustomizations, c.f.Name)
 	if apierrors.IsNotFound(err) {
 		return nil
@@ -453,19 +454,29 @@ func (p *Publisher) settled(ctx context.Context, v *view, c *change) error {
 	defer p.mu.Unlock()
 	h, held := p.holding[c.dir]
 	if !held {
-		h = hold{name: c.f.Name, since: now}
+		h.since = now
 	}
-	if !applying(k) || now.Sub(h.since) >= maxHold {
+	h.name, h.rev = c.f.Name, rev
+	if !applying(k, rev) || now.Sub(h.since) >= maxHold {
 		return nil // held until written (done), so a refused write is not held again
 	}
 	p.holding[c.dir] = h
 	return fmt.Errorf("publish %s: %w", c.f.Name, ErrApplying)
 }
 
-// applying reports whether kustomize-controller is applying Kustomization
-// k: its Reconciling condition is True, and not for a retry after a
-// failure (reason ProgressingWithRetry, kept until the next success).
-func applying(k *unstructured.Unstructured) bool {
+// applying reports whether Kustomization k has yet to finish with revision
+// rev of its source: it has not attempted it (kustomize-controller sets
+// the last attempted revision once it fetched the archive), or its
+// Reconciling condition is True and not for a retry after a failure
+// (reason ProgressingWithRetry, kept until the next success). A
+// suspended Kustomization applies nothing.
+func applying(k *unstructured.Unstructured, rev string) bool {
+	if suspended, _, _ := unstructured.NestedBool(k.Object, "spec", "suspend"); suspended {
+		return false
+	}
+	if attempted, _, _ := unstructured.NestedString(k.Object, "status", "lastAttemptedRevision"); attempted != rev {
+		return true
+	}
 	conds, _, _ := unstructured.NestedSlice(k.Object, "status", "conditions")
 	for _, cond := range conds {
 		if m, ok := cond.(map[string]any); ok && m["type"] == "Reconciling" {
@@ -476,7 +487,7 @@ func applying(k *unstructured.Unstructured) bool {
 }
 
 // Waiting reports whether every folder held (ErrApplying) still waits: its
-// Kustomization still applying, and maxHold not passed. It reads each
+// Kustomization not done with the archive before, and maxHold not passed. It reads each
 // held folder's Kustomization and nothing of the branch, so a publisher
 // calls it between tries instead of publishing again; false (publish now)
 // when one can be written, or a Kustomization cannot be read.
@@ -493,7 +504,7 @@ func (p *Publisher) Waiting(ctx context.Context) bool {
 			return false
 		}
 		k, err := res.Get(ctx, h.name, metav1.GetOptions{})
-		if err != nil || !applying(k) {
+		if err != nil || !applying(k, h.rev) {
 			return false
 		}
 	}

@@ -563,7 +563,22 @@ func TestAPeriodicPublishReadsEachKindOnce(t *testing.T) {
 		t.Error("an unchanged folder's archive was built again")
 	}
 	// A push that changes one folder: a read of its object and of its
-	// Kustomization (applying the archive before?), one write, no listing.
+	// Kustomization (done with the archive before?), one write, no listing.
+	name := Name("basic", "shard-03")
+	a, err := dyn.Resource(flux.ExternalArtifacts).Namespace("flux-system").Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rev, _, _ := unstructured.NestedString(a.Object, "status", "artifact", "revision")
+	k, err := dyn.Resource(flux.Kustomizations).Namespace("flux-system").Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	k.Object["status"] = map[string]any{"lastAttemptedRevision": rev}
+	if _, err := dyn.Resource(flux.Kustomizations).Namespace("flux-system").UpdateStatus(ctx, k, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	dyn.ClearActions()
 	next := maps.Clone(tree)
 	next["root/tenants/basic/shard-03/a.yaml"] = "kind: ConfigMap\nmetadata:\n  name: basic-3-changed\n"
 	if _, err := p.Publish(ctx, next, "c2", links(tree, next)); err != nil {
@@ -786,7 +801,12 @@ func holdRig(t *testing.T) (*Publisher, *string, *time.Time, func(conds ...map[s
 		for i, c := range conds {
 			cs[i] = c
 		}
-		k.Object["status"] = map[string]any{"conditions": cs}
+		// kustomize-controller attempted the archive the object holds.
+		attempted := ""
+		if a, err := dyn.Resource(flux.ExternalArtifacts).Namespace("flux-system").Get(context.Background(), name, metav1.GetOptions{}); err == nil {
+			attempted, _, _ = unstructured.NestedString(a.Object, "status", "artifact", "revision")
+		}
+		k.Object["status"] = map[string]any{"conditions": cs, "lastAttemptedRevision": attempted}
 		var err error
 		if !made {
 			k, err = ks.Create(context.Background(), k, metav1.CreateOptions{})
@@ -972,5 +992,38 @@ func TestWaitingReadsTheHeldFoldersKustomizations(t *testing.T) {
 	}
 	if _, err := p.Publish(ctx, c1, "c1", links(c1)); err != nil || p.Waiting(ctx) {
 		t.Errorf("written: %v; waiting %v, want nothing held", err, p.Waiting(ctx))
+	}
+}
+
+// TestANewArchiveWaitsUntilTheOneBeforeIsAttempted: a Kustomization not
+// reconciling, but that has not attempted the archive its object holds
+// yet (just made, or queued), holds the next archive too: it may start on
+// the one before at any moment and take the next right after it. A
+// suspended one holds nothing.
+func TestANewArchiveWaitsUntilTheOneBeforeIsAttempted(t *testing.T) {
+	ctx := context.Background()
+	_, _, _, name, dyn, head, p := abaReplica(t)
+	c0, c1, _, _ := abaCommits(t)
+	if _, err := p.Publish(ctx, c0, "c0", History{}); err != nil {
+		t.Fatal(err)
+	}
+	k := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "kustomize.toolkit.fluxcd.io/v1", "kind": "Kustomization",
+		"metadata": map[string]any{"name": name, "namespace": "flux-system"}, "spec": map[string]any{},
+		"status": map[string]any{"lastAttemptedRevision": "main@sha1:older"}}}
+	ks := dyn.Resource(flux.Kustomizations).Namespace("flux-system")
+	k, err := ks.Create(ctx, k, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	*head = "c1"
+	if _, err := p.Publish(ctx, c1, "c1", links(c0, c1)); !errors.Is(err, ErrApplying) {
+		t.Fatalf("a new archive before the one before was attempted: %v, want ErrApplying", err)
+	}
+	k.Object["spec"] = map[string]any{"suspend": true}
+	if _, err := ks.Update(ctx, k, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.Publish(ctx, c1, "c1", links(c1)); err != nil {
+		t.Errorf("a suspended Kustomization: %v, want the archive written", err)
 	}
 }
