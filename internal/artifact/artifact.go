@@ -2,8 +2,9 @@
 // Flux's kustomize-controller fetches for a Kustomization whose source is
 // an ExternalArtifact: a gzip-compressed tar of the folder's files, names
 // relative to it, and the archive's content digest, so that a
-// Kustomization reconciles only when its own folder changed (issue 21). The bytes depend on nothing but the folder's content: any replica
-// builds the same archive, with the same digest, from the same tree.
+// Kustomization reconciles only when its own folder changed (issue 21).
+// The bytes depend on nothing but the folder's content: any replica builds
+// the same archive, with the same digest, from the same tree.
 package artifact
 
 import (

@@ -261,7 +261,7 @@ func (c *Client) Read(ctx context.Context, namespaces, shards []string) (State, 
 // otherwise, or not yet published). The ExternalArtifacts are watched only
 // once such a Kustomization is seen.
 func (c *Client) shard(ctx context.Context, name string) (Shard, bool, error) {
-	k, ok, err := c.lookup(ctx, Kustomizations, name)
+	k, ok, err := c.lookup(ctx, Kustomizations, c.o.Namespace, name)
 	if err != nil || !ok {
 		return Shard{}, false, err
 	}
@@ -269,7 +269,7 @@ func (c *Client) shard(ctx context.Context, name string) (Shard, bool, error) {
 	if src["kind"] != "ExternalArtifact" || src["name"] != name || src["namespace"] != "" && src["namespace"] != c.o.Namespace {
 		return Shard{}, false, nil
 	}
-	a, ok, err := c.lookup(ctx, ExternalArtifacts, name)
+	a, ok, err := c.lookup(ctx, ExternalArtifacts, c.o.Namespace, name)
 	if err != nil || !ok {
 		return Shard{}, false, err
 	}

@@ -125,14 +125,14 @@ func (c *Client) objects(ctx context.Context, gvr schema.GroupVersionResource, n
 	return out, nil
 }
 
-// lookup returns the watched object name of gvr in the Flux namespace, and
-// false when it does not exist.
-func (c *Client) lookup(ctx context.Context, gvr schema.GroupVersionResource, name string) (*unstructured.Unstructured, bool, error) {
-	w := c.watchOf(gvr, c.o.Namespace)
-	if err := c.synced(ctx, w, gvr.Resource+" in "+c.o.Namespace); err != nil {
+// lookup returns the watched object ns/name of gvr, and false when it
+// does not exist.
+func (c *Client) lookup(ctx context.Context, gvr schema.GroupVersionResource, ns, name string) (*unstructured.Unstructured, bool, error) {
+	w := c.watchOf(gvr, ns)
+	if err := c.synced(ctx, w, gvr.Resource+" in "+ns); err != nil {
 		return nil, false, err
 	}
-	o, ok, err := w.inf.GetStore().GetByKey(c.o.Namespace + "/" + name)
+	o, ok, err := w.inf.GetStore().GetByKey(ns + "/" + name)
 	if err != nil || !ok {
 		return nil, false, err
 	}
@@ -143,17 +143,9 @@ func (c *Client) lookup(ctx context.Context, gvr schema.GroupVersionResource, na
 // object returns the watched object ns/name of gvr, or an error naming it
 // when it does not exist.
 func (c *Client) object(ctx context.Context, gvr schema.GroupVersionResource, ns, name string) (*unstructured.Unstructured, error) {
-	w := c.watchOf(gvr, ns)
-	if err := c.synced(ctx, w, gvr.Resource+" in "+ns); err != nil {
-		return nil, err
+	u, ok, err := c.lookup(ctx, gvr, ns, name)
+	if err == nil && !ok {
+		err = fmt.Errorf("%s %s/%s not found", gvr.Resource, ns, name)
 	}
-	o, ok, err := w.inf.GetStore().GetByKey(ns + "/" + name)
-	if err != nil {
-		return nil, err
-	}
-	u, isU := o.(*unstructured.Unstructured)
-	if !ok || !isU {
-		return nil, fmt.Errorf("%s %s/%s not found", gvr.Resource, ns, name)
-	}
-	return u, nil
+	return u, err
 }

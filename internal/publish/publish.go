@@ -414,8 +414,9 @@ func (p *Publisher) read(ctx context.Context, v *view, snap Source, commit, tier
 }
 
 // ErrApplying: the Kustomization of a folder to write has not finished
-// applying the folder's current archive. The folder is written by a later Publish, once
-// that apply is done or maxHold after it was first held (see Waiting).
+// applying the folder's current archive. The folder is written by a later
+// Publish, once that apply is done or maxHold after it was first held (see
+// Waiting).
 var ErrApplying = errors.New("its Kustomization is applying the folder's current archive")
 
 // maxHold bounds how long a folder's new archive waits for its
@@ -487,10 +488,10 @@ func applying(k *unstructured.Unstructured, rev string) bool {
 }
 
 // Waiting reports whether every folder held (ErrApplying) still waits: its
-// Kustomization not done with the archive before, and maxHold not passed. It reads each
-// held folder's Kustomization and nothing of the branch, so a publisher
-// calls it between tries instead of publishing again; false (publish now)
-// when one can be written, or a Kustomization cannot be read.
+// Kustomization not done with the archive before, and maxHold not passed.
+// It reads each held folder's Kustomization and nothing of the branch, so
+// a publisher calls it between tries instead of publishing again; false
+// (publish now) when one can be written, or a Kustomization cannot be read.
 func (p *Publisher) Waiting(ctx context.Context) bool {
 	p.mu.Lock()
 	holds := slices.Collect(maps.Values(p.holding))

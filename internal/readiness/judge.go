@@ -63,7 +63,7 @@ func (f *Follower) appliedIn(p *follow, st flux.State) bool {
 			return false
 		}
 	}
-	for _, name := range f.shardsOf(p) {
+	for _, name := range p.shards {
 		if sh, ok := st.Shards[name]; ok && !f.shardHolds(sh, p) {
 			return false
 		}
@@ -80,7 +80,7 @@ func (f *Follower) shardHolds(sh flux.Shard, p *follow) bool {
 // shardFailed returns a shard folder of p whose Kustomization failed to
 // apply the archive published from p's commit or a later one.
 func (f *Follower) shardFailed(p *follow, st flux.State) (string, flux.Shard, bool) {
-	for _, name := range f.shardsOf(p) {
+	for _, name := range p.shards {
 		sh, ok := st.Shards[name]
 		if ok && sh.Revision != "" && sh.Applied != sh.Revision && sh.Attempted == sh.Revision &&
 			sh.Ready.Status == "False" && f.branch.atOrAfter(sh.Origin, p.Commit) {

@@ -182,6 +182,8 @@ type follow struct {
 	// release's state counts only from that generation on.
 	gens map[string]int64
 	tied bool
+	// shards names the shard folders the change wrote (Options.Shard).
+	shards []string
 }
 
 // New returns a Follower; run it with Run.
@@ -213,7 +215,7 @@ func (f *Follower) Pushed(commits []string, targets []Target) {
 	for _, t := range targets {
 		f.branch.see(t.Commit)
 		f.supersede(t)
-		f.pending = append(f.pending, &follow{Target: t})
+		f.pending = append(f.pending, f.follow(t))
 	}
 	f.branch.trim(f.pendingCommits())
 	f.asked = f.asked || len(commits) > 0
@@ -253,7 +255,7 @@ func (f *Follower) Resume(ctx context.Context, commits []Commit) int {
 		t := *c.Change
 		f.supersede(t)
 		if !decided[t.MessageID] {
-			f.pending = append(f.pending, &follow{Target: t})
+			f.pending = append(f.pending, f.follow(t))
 			n++
 		}
 	}
@@ -327,7 +329,7 @@ func (f *Follower) step(ctx context.Context) {
 		for _, r := range p.Releases {
 			nss[r.Namespace] = true
 		}
-		for _, s := range f.shardsOf(p) {
+		for _, s := range p.shards {
 			shards[s] = true
 		}
 	}
@@ -377,23 +379,23 @@ func sortedSet(m map[string]bool) []string {
 	return out
 }
 
-// shardsOf names the shard folders of p's files and releases
-// (Options.Shard).
-func (f *Follower) shardsOf(p *follow) []string {
+// follow starts following t, with the shard folders of its files and
+// releases (Options.Shard), named once.
+func (f *Follower) follow(t Target) *follow {
+	p := &follow{Target: t}
 	if f.o.Shard == nil {
-		return nil
+		return p
 	}
-	paths := slices.Clone(p.Paths)
-	for _, r := range p.Releases {
+	paths := slices.Clone(t.Paths)
+	for _, r := range t.Releases {
 		paths = append(paths, r.Path)
 	}
-	var out []string
 	for _, path := range paths {
-		if s := f.o.Shard(path); s != "" && !slices.Contains(out, s) {
-			out = append(out, s)
+		if s := f.o.Shard(path); s != "" && !slices.Contains(p.shards, s) {
+			p.shards = append(p.shards, s)
 		}
 	}
-	return out
+	return p
 }
 
 func (f *Follower) readFailed(ctx context.Context, err error) {
