@@ -16,6 +16,8 @@ import (
 	"github.com/chromedp/cdproto/emulation"
 	"github.com/chromedp/cdproto/page"
 	"github.com/chromedp/chromedp"
+
+	"github.com/tenant-worker/tenant-worker/internal/worker"
 )
 
 // chromium finds Debian's Chromium (make test installs it).
@@ -190,9 +192,15 @@ func TestHostileBodiesInertInBrowser(t *testing.T) {
 	for name, b := range bodies {
 		ids[h.send(h.q.onboarding, b)] = name
 	}
-	h.waitFor("every hostile body to be refused", 30*time.Second, func() bool {
+	// The run history, not the log: a refusal is logged before its
+	// dead-lettering, and the run is recorded after it.
+	h.waitFor("every hostile body to be refused and in the run history", 30*time.Second, func() bool {
+		done := map[string]bool{}
+		for _, r := range h.apiRuns("").Runs {
+			done[r.MessageID] = r.Outcome == worker.OutcomeRejected
+		}
 		for id := range ids {
-			if !h.finished(id) {
+			if !h.finished(id) || !done[id] {
 				return false
 			}
 		}
