@@ -112,6 +112,11 @@ func history(ctx context.Context, l gitops.Layout, repo *gitrepo.Repo, since tim
 				Commit: c.Hash.String(), Pushed: c.When, Releases: l.Releases(c.Before, c.Changed),
 				Paths: slices.Sorted(maps.Keys(c.Changed)),
 			}
+			// A worker's commit does not change the layout (only `layout
+			// migrate` does): the one before it is the change's.
+			if cl, err := l.Of(c.Before); err == nil {
+				rc.Change.OwnShards = cl.ShardKustomizations
+			}
 		}
 		out = append(out, rc)
 	}

@@ -97,6 +97,9 @@ type Result struct {
 	// the files it wrote or removed (both only with Options.Releases).
 	Releases []gitops.Release
 	Paths    []string
+	// OwnShards: the repository's layout applies each shard folder by a
+	// Kustomization of its own (with Options.Releases).
+	OwnShards bool
 	// Steps is the time spent in each step (lock, sync, render, commit,
 	// validate, push) by the batch the job was part of, over all attempts.
 	Steps map[string]time.Duration

@@ -24,8 +24,8 @@ func TestShardedLayoutPassesEveryCheck(t *testing.T) {
 // TestShardKustomizationsPassEveryCheck: the same when each shard folder
 // is applied by a Kustomization of its own: each folder is validated and
 // judged by the intent check as its own Kustomization builds it (the
-// tenants folder no longer builds the shards), and an emptied shard stays,
-// listing nothing.
+// tenants folder no longer builds the shards), an emptied shard stays,
+// listing nothing, and each result tells the readiness follower so.
 func TestShardKustomizationsPassEveryCheck(t *testing.T) {
 	testShardedLayout(t, gitops.Layout{Root: templates.Root, Shards: 3, ShardKustomizations: true})
 }
@@ -38,6 +38,7 @@ func testShardedLayout(t *testing.T, l gitops.Layout) {
 	m[l.LayoutFile()] = &fstest.MapFile{Data: l.LayoutContent()}
 	e := setupWith(t, m)
 	srv, p := e.srv, e.p
+	p.opts.Releases = true // what the readiness follower is given
 	sent := time.Now()
 	job := func(kind message.Kind, body string) Job {
 		req, err := message.Decode(kind, []byte(body))
@@ -56,6 +57,9 @@ func testShardedLayout(t *testing.T, l gitops.Layout) {
 		for i, r := range p.Apply(context.Background(), jobs) {
 			if r.Err != nil || !r.Applied {
 				t.Fatalf("%s, job %d: %+v", what, i, r)
+			}
+			if r.OwnShards != l.ShardKustomizations || len(r.Paths) == 0 {
+				t.Errorf("%s, job %d: OwnShards %v, paths %v: the follower is told the wrong layout", what, i, r.OwnShards, r.Paths)
 			}
 		}
 	}

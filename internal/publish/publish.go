@@ -421,7 +421,8 @@ var ErrApplying = errors.New("its Kustomization is applying the folder's current
 
 // maxHold bounds how long a folder's new archive waits for its
 // Kustomization to finish applying the one before, from the first time it
-// was held until it is written.
+// was held until it is written, or until the object holds another archive
+// (another replica wrote it), whose apply it then waits for afresh.
 const maxHold = time.Minute
 
 // A hold is a folder whose new archive waits: its object's name, the
@@ -454,7 +455,9 @@ func (p *Publisher) settled(ctx context.Context, v *view, c *change, rev string)
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	h, held := p.holding[c.dir]
-	if !held {
+	if !held || h.rev != rev {
+		// First held, or the object moved since: another replica wrote the
+		// folder, and the apply of its archive gets a minute of its own.
 		h.since = now
 	}
 	h.name, h.rev = c.f.Name, rev

@@ -1027,3 +1027,63 @@ func TestANewArchiveWaitsUntilTheOneBeforeIsAttempted(t *testing.T) {
 		t.Errorf("a suspended Kustomization: %v, want the archive written", err)
 	}
 }
+
+// TestAHoldIsNotCarriedOverToAnArchiveAnotherReplicaWrote: another
+// replica may write a held folder with an archive newer than the one this
+// replica's hold waited on, and its Kustomization then starts a new apply.
+// That apply gets a minute of its own, not what is left of the old hold
+// (found by review: it got nothing).
+//
+// Order of events (two replicas x and y, one shard folder, its
+// Kustomization K):
+//
+//	T0     K applies c0's archive; x pushes c1 (onboards b): held.
+//	T0+5s  K is done with c0's. y pushes c2 (onboards c) and writes it
+//	       (K idle): K starts applying c2's archive.
+//	T0+1m  y pushes c3 (offboards c) and holds it: K still applies c2's.
+//	       x publishes c3 (its retry once Waiting sees maxHold passed, or
+//	       its tick): x's hold of T0 has run out, so x writes c3's archive
+//	       while K applies c2's, the very case the hold is for (c's
+//	       HelmRelease left in the cluster for good).
+func TestAHoldIsNotCarriedOverToAnArchiveAnotherReplicaWrote(t *testing.T) {
+	ctx := context.Background()
+	x, head, clock, k := holdRig(t)
+	y := replica(x.o.Client.(*dynfake.FakeDynamicClient), head)
+	y.now = x.now
+	name := Name("premium", "shard-00")
+	c0, c1, c2, c3 := shardTree("a"), shardTree("a", "b"), shardTree("a", "c"), shardTree("a")
+
+	*head = "c0"
+	for _, p := range []*Publisher{x, y} {
+		if _, err := p.Publish(ctx, c0, "c0", History{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	k(reconcilingTrue) // K applies c0's archive
+	*head = "c1"
+	if _, err := x.Publish(ctx, c1, "c1", links(c0, c1)); !errors.Is(err, ErrApplying) {
+		t.Fatalf("x's c1 during K's apply of c0's archive: %v, want ErrApplying", err)
+	}
+	t0 := *clock
+
+	*clock = t0.Add(5 * time.Second)
+	k(reconcilingFalse) // K done with c0's archive
+	*head = "c2"
+	if _, err := y.Publish(ctx, c2, "c2", links(c0, c1, c2)); err != nil {
+		t.Fatalf("y's c2 with K idle: %v", err)
+	}
+	d2 := digestOf(t, y, name)
+	k(reconcilingTrue) // K applies c2's archive, which y just wrote
+
+	*clock = t0.Add(maxHold)
+	*head = "c3"
+	if _, err := y.Publish(ctx, c3, "c3", links(c2, c3)); !errors.Is(err, ErrApplying) {
+		t.Fatalf("setup: y's c3 while K applies c2's archive: %v, want ErrApplying", err)
+	}
+	_, err := x.Publish(ctx, c3, "c3", links(c0, c1, c2, c3))
+	if !errors.Is(err, ErrApplying) || digestOf(t, x, name) != d2 {
+		t.Errorf("x's c3 while K applies c2's archive (written by y %s ago, never waited for by x): err %v, "+
+			"the folder's object at %s (c2's %s); want it held (ErrApplying): x counted the minute from its hold of c0's apply, at %s",
+			maxHold-5*time.Second, err, digestOf(t, x, name), d2, t0.Format(time.TimeOnly))
+	}
+}

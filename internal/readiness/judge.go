@@ -64,7 +64,10 @@ func (f *Follower) appliedIn(p *follow, st flux.State) bool {
 		}
 	}
 	for _, name := range p.shards {
-		if sh, ok := st.Shards[name]; ok && !f.shardHolds(sh, p) {
+		sh, ok := st.Shards[name]
+		if ok && !f.shardHolds(sh, p) || !ok && p.OwnShards {
+			// A folder of its own whose Kustomization or ExternalArtifact
+			// is not made yet (its first tenant) has applied nothing.
 			return false
 		}
 	}

@@ -54,6 +54,10 @@ type Target struct {
 	// among them is followed even when no HelmRelease of it was read (one
 	// inside a List, a template that renders none).
 	Paths []string
+	// OwnShards: the change's shard folders are each applied by a
+	// Kustomization of their own (the repository's tenants/layout.yaml), so
+	// one not made yet has not applied the change.
+	OwnShards bool
 }
 
 // Commit is a commit of the branch: its hash and, when the worker made it,

@@ -265,6 +265,7 @@ func TestFollowAShardFolder(t *testing.T) {
 		name    string
 		gone    bool
 		files   bool // no HelmRelease read: the change's files alone
+		own     bool // the layout gives each shard folder a Kustomization
 		states  []flux.State
 		outcome string
 		reason  string
@@ -293,6 +294,17 @@ func TestFollowAShardFolder(t *testing.T) {
 		{name: "a folder with no Kustomization of its own", states: []flux.State{
 			at(nil, hr("0.0.1", readyTrue)),
 		}, outcome: OutcomeReady, reads: 1},
+		// Found by review: a folder's first tenant, followed before the
+		// worker made the folder's Kustomization, was applied by the
+		// tenants Kustomization, which does not apply the folder.
+		{name: "a new folder of its own waits for its Kustomization", own: true, files: true, states: []flux.State{
+			at(nil, nil),
+			at(shard("r1", "c1", "r1", "r1", readyTrue), nil),
+		}, outcome: OutcomeReady, reads: 2},
+		{name: "a new folder of its own: its release waits for it too", own: true, states: []flux.State{
+			at(nil, hr("0.0.1", readyTrue)),
+			at(shard("r1", "c1", "r1", "r1", readyTrue), hr("0.0.1", readyTrue)),
+		}, outcome: OutcomeReady, reads: 2},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			c := &fakeCluster{states: tc.states}
@@ -313,6 +325,7 @@ func TestFollowAShardFolder(t *testing.T) {
 			if tc.files { // a HelmRelease inside a List, say: none read
 				tg.Releases = nil
 			}
+			tg.OwnShards = tc.own
 			f.Pushed([]string{"old"}, nil)
 			f.Pushed([]string{"c1", "c2"}, []Target{tg})
 			e := <-done

@@ -186,7 +186,7 @@ func (w *Worker) handOver(ds []*delivery) {
 		}
 		targets = append(targets, readiness.Target{
 			MessageID: d.msg.ID, Queue: d.run.Queue, Kind: d.run.Kind, Tenant: d.run.Tenant, Tier: d.run.Tier,
-			Commit: res.Commit.String(), Pushed: now, Releases: res.Releases, Paths: res.Paths,
+			Commit: res.Commit.String(), Pushed: now, Releases: res.Releases, Paths: res.Paths, OwnShards: res.OwnShards,
 		})
 	}
 	if len(commits) > 0 {
