@@ -38,6 +38,9 @@ type Change struct {
 	Ledger map[string][]byte
 	// Message is the commit message, in the reference platform's wording.
 	Message string
+	// ShardKustomizations: the layout the change was planned in gives each
+	// shard folder a Kustomization of its own (Layout.ShardKustomizations).
+	ShardKustomizations bool
 	// Duplicate: the message was applied already (its id is in the ledger).
 	Duplicate bool
 	// Stale: the message was sent before the last change applied to every
@@ -138,7 +141,7 @@ func (l Layout) PlanAt(r Reader, req message.Request, st Stamp) (Change, error) 
 		return Change{}, err
 	}
 	if p.ledger == nil {
-		return Change{Files: p.files, Message: p.message, Also: p.also}, nil
+		return Change{Files: p.files, Message: p.message, Also: p.also, ShardKustomizations: l.ShardKustomizations}, nil
 	}
 	if p.touched == 0 && p.stale > 0 {
 		return Change{Stale: true, Message: p.message}, nil
@@ -152,7 +155,7 @@ func (l Layout) PlanAt(r Reader, req message.Request, st Stamp) (Change, error) 
 	if err := p.ledger.Err(); err != nil {
 		return Change{}, ledgerError(err)
 	}
-	c := Change{Files: p.files, Ledger: p.ledger.Changes(), Message: p.message, Also: p.also}
+	c := Change{Files: p.files, Ledger: p.ledger.Changes(), Message: p.message, Also: p.also, ShardKustomizations: l.ShardKustomizations}
 	switch {
 	case len(c.Files) > 0:
 	case p.held:

@@ -138,9 +138,7 @@ func (b *batch) applyJob(ctx context.Context, i int) {
 	if b.p.opts.Releases {
 		res.Releases = b.p.opts.Layout.Releases(before, plan.Files)
 		res.Paths = slices.Sorted(maps.Keys(plan.Files))
-		if l, err := b.p.opts.Layout.Of(after); err == nil {
-			res.OwnShards = l.ShardKustomizations
-		}
+		res.OwnShards = plan.ShardKustomizations
 	}
 	b.pending[i] = true
 }

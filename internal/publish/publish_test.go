@@ -20,6 +20,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/dynamic"
 	dynfake "k8s.io/client-go/dynamic/fake"
 	k8stesting "k8s.io/client-go/testing"
 
@@ -413,12 +414,21 @@ func abaReplica(t *testing.T) (c0, c1, c2 memtree.Tree, name string, dyn *dynfak
 
 func digestOf(t *testing.T, p *Publisher, name string) string {
 	t.Helper()
-	obj, err := p.o.Client.Resource(flux.ExternalArtifacts).Namespace("flux-system").Get(context.Background(), name, metav1.GetOptions{})
+	d, err := artifactField(p.o.Client, name, "digest")
 	if err != nil {
 		t.Fatal(err)
 	}
-	d, _, _ := unstructured.NestedString(obj.Object, "status", "artifact", "digest")
 	return d
+}
+
+// artifactField reads field of the status.artifact of ExternalArtifact name.
+func artifactField(c dynamic.Interface, name, field string) (string, error) {
+	obj, err := c.Resource(flux.ExternalArtifacts).Namespace("flux-system").Get(context.Background(), name, metav1.GetOptions{})
+	if err != nil {
+		return "", err
+	}
+	v, _, _ := unstructured.NestedString(obj.Object, "status", "artifact", field)
+	return v, nil
 }
 
 // TestPublishAfterOwnPushTrustsTreesOverAnotherReplicasWrite: B published
@@ -565,11 +575,10 @@ func TestAPeriodicPublishReadsEachKindOnce(t *testing.T) {
 	// A push that changes one folder: a read of its object and of its
 	// Kustomization (done with the archive before?), one write, no listing.
 	name := Name("basic", "shard-03")
-	a, err := dyn.Resource(flux.ExternalArtifacts).Namespace("flux-system").Get(ctx, name, metav1.GetOptions{})
+	rev, err := artifactField(dyn, name, "revision")
 	if err != nil {
 		t.Fatal(err)
 	}
-	rev, _, _ := unstructured.NestedString(a.Object, "status", "artifact", "revision")
 	k, err := dyn.Resource(flux.Kustomizations).Namespace("flux-system").Get(ctx, name, metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
@@ -802,10 +811,7 @@ func holdRig(t *testing.T) (*Publisher, *string, *time.Time, func(conds ...map[s
 			cs[i] = c
 		}
 		// kustomize-controller attempted the archive the object holds.
-		attempted := ""
-		if a, err := dyn.Resource(flux.ExternalArtifacts).Namespace("flux-system").Get(context.Background(), name, metav1.GetOptions{}); err == nil {
-			attempted, _, _ = unstructured.NestedString(a.Object, "status", "artifact", "revision")
-		}
+		attempted, _ := artifactField(dyn, name, "revision") // "" before the first publish
 		k.Object["status"] = map[string]any{"conditions": cs, "lastAttemptedRevision": attempted}
 		var err error
 		if !made {
@@ -913,22 +919,29 @@ func TestAFailedKustomizationWaitingForItsRetryHoldsNothing(t *testing.T) {
 	}
 }
 
+// holdReplicas is holdRig with a second replica y on the same cluster,
+// branch and clock, both having published c0 (the branch at "c0").
+func holdReplicas(t *testing.T, c0 memtree.Tree) (x, y *Publisher, head *string, clock *time.Time, k func(conds ...map[string]any)) {
+	t.Helper()
+	x, head, clock, k = holdRig(t)
+	y = replica(x.o.Client.(*dynfake.FakeDynamicClient), head)
+	y.now = x.now
+	for _, p := range []*Publisher{x, y} {
+		if _, err := p.Publish(context.Background(), c0, *head, History{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return x, y, head, clock, k
+}
+
 // TestAHoldAnotherReplicaEndedIsForgotten: two replicas hold the same
 // folder; the apply ends and one of them writes the archive. The other's
 // next publish finds it written and forgets its hold, so its next new
 // archive for the folder, a while later during an apply, is held.
 func TestAHoldAnotherReplicaEndedIsForgotten(t *testing.T) {
 	ctx := context.Background()
-	x, head, clock, k := holdRig(t)
-	y := replica(x.o.Client.(*dynfake.FakeDynamicClient), head)
-	y.now = x.now
 	a, b, c := shardTree("a", "b"), shardTree("a"), shardTree("a", "c")
-	if _, err := x.Publish(ctx, a, "c0", History{}); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := y.Publish(ctx, a, "c0", History{}); err != nil {
-		t.Fatal(err)
-	}
+	x, y, head, clock, k := holdReplicas(t, a)
 	k(reconcilingTrue)
 	*head = "c1"
 	for _, p := range []*Publisher{x, y} {
@@ -1047,18 +1060,9 @@ func TestANewArchiveWaitsUntilTheOneBeforeIsAttempted(t *testing.T) {
 //	       HelmRelease left in the cluster for good).
 func TestAHoldIsNotCarriedOverToAnArchiveAnotherReplicaWrote(t *testing.T) {
 	ctx := context.Background()
-	x, head, clock, k := holdRig(t)
-	y := replica(x.o.Client.(*dynfake.FakeDynamicClient), head)
-	y.now = x.now
 	name := Name("premium", "shard-00")
 	c0, c1, c2, c3 := shardTree("a"), shardTree("a", "b"), shardTree("a", "c"), shardTree("a")
-
-	*head = "c0"
-	for _, p := range []*Publisher{x, y} {
-		if _, err := p.Publish(ctx, c0, "c0", History{}); err != nil {
-			t.Fatal(err)
-		}
-	}
+	x, y, head, clock, k := holdReplicas(t, c0)
 	k(reconcilingTrue) // K applies c0's archive
 	*head = "c1"
 	if _, err := x.Publish(ctx, c1, "c1", links(c0, c1)); !errors.Is(err, ErrApplying) {
