@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"io"
 	"slices"
 	"strings"
 	"testing"
@@ -12,6 +13,8 @@ import (
 	"github.com/go-git/go-git/v5/plumbing"
 	"github.com/go-git/go-git/v5/plumbing/filemode"
 	"github.com/go-git/go-git/v5/plumbing/format/packfile"
+
+	"github.com/tenant-worker/tenant-worker/internal/testenv/gitserver"
 )
 
 // tierTree encodes a folder of tenant files named by names, plus a
@@ -131,23 +134,10 @@ func FuzzTreeDelta(f *testing.F) {
 func TestThinPackPushes(t *testing.T) {
 	srv, _ := startServer(t)
 	seed := fstest.MapFS{}
-	var list strings.Builder
-	list.WriteString("resources:\n")
-	for i := range 3000 {
-		seed[fmt.Sprintf("tier/tenant-%04d.yaml", i)] = &fstest.MapFile{Data: []byte(fmt.Sprintf("id: %d\n", i))}
-		fmt.Fprintf(&list, "  - tenant-%04d.yaml\n", i)
-	}
-	seed["tier/kustomization.yaml"] = &fstest.MapFile{Data: []byte(list.String())}
-	grown := list.String() + "  - tenant-5000.yaml\n"
+	list := seedFolder(seed, "tier", 3000)
+	grown := list + "  - tenant-5000.yaml\n"
 	shrunk := strings.Replace(grown, "  - tenant-0001.yaml\n", "", 1)
-	url, err := srv.CreateRepo("big.git", "main", seed)
-	if err != nil {
-		t.Fatal(err)
-	}
-	r, err := open(t, url, "", token)
-	if err != nil {
-		t.Fatal(err)
-	}
+	r := openSeeded(t, srv, "big.git", seed)
 	base := r.Head()
 	tip := base
 	for i, files := range []map[string][]byte{
@@ -156,6 +146,7 @@ func TestThinPackPushes(t *testing.T) {
 		{"tier/tenant-0002.yaml": []byte("changed\n"), "other/x.yaml": []byte("x\n")},
 		{"tier/tenant-5000.yaml": nil, "tier/a-first.yaml": []byte("first\n")},
 	} {
+		var err error
 		if tip, err = r.Commit(tip, files, fmt.Sprintf("change %d", i)); err != nil {
 			t.Fatal(err)
 		}
@@ -171,13 +162,93 @@ func TestThinPackPushes(t *testing.T) {
 	if pack.Len() > 5_000 {
 		t.Errorf("pack of four small commits is %d bytes: the 100 KB tree or the 60 KB kustomization was not sent as a delta", pack.Len())
 	}
+	pushChecked(t, srv, "big.git", r, base, tip)
+	if got, _ := srv.Output("big.git", "show", "main:tier/tenant-0002.yaml"); got != "changed\n" {
+		t.Errorf("tenant-0002 = %q", got)
+	}
+	if got, _ := srv.Output("big.git", "show", "main:tier/kustomization.yaml"); got != shrunk {
+		t.Errorf("kustomization.yaml has %d bytes on the server, want %d", len(got), len(shrunk))
+	}
+}
+
+// TestThinDeltasOnlyForLargeObjects: a commit that changes a large folder
+// and a small one sends the large folder's tree and list as deltas against
+// the versions the server holds, and the small folder's whole (a base the
+// server must read back costs it more than a few KB sent), and the server
+// ends with the commit's tree.
+func TestThinDeltasOnlyForLargeObjects(t *testing.T) {
+	srv, _ := startServer(t)
+	seed := fstest.MapFS{}
+	big, small := seedFolder(seed, "big", 3000), seedFolder(seed, "small", 20)
+	r := openSeeded(t, srv, "mixed.git", seed)
+	base := r.Head()
+	tip, err := r.Commit(base, map[string][]byte{
+		"big/tenant-5000.yaml":     []byte("new\n"),
+		"big/kustomization.yaml":   []byte(big + "  - tenant-5000.yaml\n"),
+		"small/tenant-5000.yaml":   []byte("new\n"),
+		"small/kustomization.yaml": []byte(small + "  - tenant-5000.yaml\n"),
+	}, "one of each")
+	if err != nil {
+		t.Fatal(err)
+	}
+	hashes, bases, ok := r.newObjects(base, tip)
+	if !ok {
+		t.Fatal("no delta bases recorded")
+	}
+	var pack bytes.Buffer
+	if err := writePack(&pack, r.repo.Storer, hashes, bases); err != nil {
+		t.Fatal(err)
+	}
+	sizes := map[plumbing.Hash]int{} // by its base: the size of each object that has one
+	for _, h := range hashes {
+		if _, ok := bases[h]; !ok {
+			continue
+		}
+		_, content, err := readObject(r.repo.Storer, h)
+		if err != nil {
+			t.Fatal(err)
+		}
+		sizes[bases[h]] = len(content)
+	}
+	sc := packfile.NewScanner(bytes.NewReader(pack.Bytes()))
+	_, n, err := sc.Header()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var deltas, under int
+	for range n {
+		oh, err := sc.NextObjectHeader()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if oh.Type == plumbing.REFDeltaObject {
+			deltas++
+			if sizes[oh.Reference] < thinMin {
+				under++
+			}
+		}
+		if _, _, err := sc.NextObject(io.Discard); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if deltas != 2 || under != 0 {
+		t.Errorf("%d objects sent as thin deltas, %d of them under %d bytes; want the big folder's tree and list (2) and nothing small", deltas, under, thinMin)
+	}
+	pushChecked(t, srv, "mixed.git", r, base, tip)
+}
+
+// pushChecked pushes base..tip of r to the repository name on srv and
+// checks that git on the server finds every object sound and main's tree
+// is tip's.
+func pushChecked(t *testing.T, srv *gitserver.Server, name string, r *Repo, base, tip plumbing.Hash) {
+	t.Helper()
 	if err := r.Push(context.Background(), base, tip); err != nil {
 		t.Fatal(err)
 	}
-	if out, err := srv.Output("big.git", "fsck", "--strict", "--no-dangling"); err != nil {
+	if out, err := srv.Output(name, "fsck", "--strict", "--no-dangling"); err != nil {
 		t.Fatalf("fsck: %v %s", err, out)
 	}
-	remote, err := srv.Output("big.git", "rev-parse", "main^{tree}")
+	remote, err := srv.Output(name, "rev-parse", "main^{tree}")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -188,10 +259,32 @@ func TestThinPackPushes(t *testing.T) {
 	if strings.TrimSpace(remote) != c.TreeHash.String() {
 		t.Errorf("remote tree %s, want %s", remote, c.TreeHash)
 	}
-	if got, _ := srv.Output("big.git", "show", "main:tier/tenant-0002.yaml"); got != "changed\n" {
-		t.Errorf("tenant-0002 = %q", got)
+}
+
+// seedFolder adds n tenant files and their kustomization to seed in the
+// folder dir, and returns the kustomization.
+func seedFolder(seed fstest.MapFS, dir string, n int) string {
+	var list strings.Builder
+	list.WriteString("resources:\n")
+	for i := range n {
+		seed[fmt.Sprintf("%s/tenant-%04d.yaml", dir, i)] = &fstest.MapFile{Data: []byte(fmt.Sprintf("id: %d\n", i))}
+		fmt.Fprintf(&list, "  - tenant-%04d.yaml\n", i)
 	}
-	if got, _ := srv.Output("big.git", "show", "main:tier/kustomization.yaml"); got != shrunk {
-		t.Errorf("kustomization.yaml has %d bytes on the server, want %d", len(got), len(shrunk))
+	seed[dir+"/kustomization.yaml"] = &fstest.MapFile{Data: []byte(list.String())}
+	return list.String()
+}
+
+// openSeeded creates the repository name on srv with the files of seed and
+// opens it in memory.
+func openSeeded(t *testing.T, srv *gitserver.Server, name string, seed fstest.MapFS) *Repo {
+	t.Helper()
+	url, err := srv.CreateRepo(name, "main", seed)
+	if err != nil {
+		t.Fatal(err)
 	}
+	r, err := open(t, url, "", token)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
 }
