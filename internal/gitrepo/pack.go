@@ -40,16 +40,16 @@ const thinMin = 16 << 10
 // writePack writes a thin pack of hashes to w. A tree or file with a base in
 // bases (the version it replaces, which the server has or which comes
 // earlier in the pack) is sent as a delta against it (see treeDelta and
-// fileDelta): always when the base is in the pack, and when the server has
-// it, only from thinMin bytes. Adding a tenant to a tier of 10,000 then
+// fileDelta): always when the base comes earlier in the pack, and when the
+// server has it, only from thinMin bytes (deltaBase). Adding a tenant to a tier of 10,000 then
 // sends about a hundred bytes for the tier's folder instead of its 400 KB
 // tree, and nothing large is compressed. Objects are compressed for speed.
 func writePack(w io.Writer, s storer.EncodedObjectStorer, hashes []plumbing.Hash, bases map[plumbing.Hash]plumbing.Hash) error {
-	seen := make(map[plumbing.Hash]bool, len(hashes))
+	at := make(map[plumbing.Hash]int, len(hashes)) // each object's place in the pack
 	unique := hashes[:0:0]
 	for _, h := range hashes {
-		if !seen[h] {
-			seen[h] = true
+		if _, ok := at[h]; !ok {
+			at[h] = len(unique)
 			unique = append(unique, h)
 		}
 	}
@@ -65,13 +65,13 @@ func writePack(w io.Writer, s storer.EncodedObjectStorer, hashes []plumbing.Hash
 	}
 	zw := zlibWriters.Get().(*zlib.Writer)
 	defer zlibWriters.Put(zw)
-	for _, hash := range hashes {
+	for i, hash := range hashes {
 		typ, content, err := readObject(s, hash)
 		if err != nil {
 			return err
 		}
 		header, body := objectHeader(typ, len(content)), []byte(nil)
-		if base, ok := bases[hash]; ok && (seen[base] || len(content) >= thinMin) {
+		if base, ok := bases[hash]; ok && deltaBase(at, i, base, len(content)) {
 			if d := deltaFrom(s, base, typ, content); d != nil {
 				header, body = append(objectHeader(packRefDelta, len(d)), base[:]...), d
 			}
@@ -92,6 +92,19 @@ func writePack(w io.Writer, s storer.EncodedObjectStorer, hashes []plumbing.Hash
 	}
 	_, err := w.Write(h.Sum(nil))
 	return err
+}
+
+// deltaBase says whether the object at place i of a pack, of size bytes,
+// goes as a delta against base: a base earlier in the pack at any size, one
+// the server holds from thinMin. A base later in the pack is refused, so
+// that no two objects are deltas of each other: a batch whose change comes
+// back to an earlier version (a tenant onboarded and offboarded in one
+// push) would otherwise send a pack no server can resolve.
+func deltaBase(at map[plumbing.Hash]int, i int, base plumbing.Hash, size int) bool {
+	if j, ok := at[base]; ok {
+		return j < i
+	}
+	return size >= thinMin
 }
 
 // zlibWriters are reused between packs: a new writer allocates about 1 MB

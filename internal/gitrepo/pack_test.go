@@ -210,25 +210,11 @@ func TestThinDeltasOnlyForLargeObjects(t *testing.T) {
 		}
 		sizes[bases[h]] = len(content)
 	}
-	sc := packfile.NewScanner(bytes.NewReader(pack.Bytes()))
-	_, n, err := sc.Header()
-	if err != nil {
-		t.Fatal(err)
-	}
 	var deltas, under int
-	for range n {
-		oh, err := sc.NextObjectHeader()
-		if err != nil {
-			t.Fatal(err)
-		}
-		if oh.Type == plumbing.REFDeltaObject {
-			deltas++
-			if sizes[oh.Reference] < thinMin {
-				under++
-			}
-		}
-		if _, _, err := sc.NextObject(io.Discard); err != nil {
-			t.Fatal(err)
+	for _, b := range deltaBases(t, pack.Bytes()) {
+		deltas++
+		if sizes[b] < thinMin {
+			under++
 		}
 	}
 	if deltas != 2 || under != 0 {
@@ -282,9 +268,112 @@ func openSeeded(t *testing.T, srv *gitserver.Server, name string, seed fstest.Ma
 	if err != nil {
 		t.Fatal(err)
 	}
+	// Every pack through index-pack, as a batch's is (git unpacks packs of
+	// fewer than 100 objects with unpack-objects, which resolves more).
+	if out, err := srv.Output(name, "config", "receive.unpackLimit", "1"); err != nil {
+		t.Fatalf("%v %s", err, out)
+	}
 	r, err := open(t, url, "", token)
 	if err != nil {
 		t.Fatal(err)
 	}
 	return r
+}
+
+// deltaBases lists the base of each delta in pack, in order.
+func deltaBases(t *testing.T, pack []byte) []plumbing.Hash {
+	t.Helper()
+	sc := packfile.NewScanner(bytes.NewReader(pack))
+	_, n, err := sc.Header()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var bases []plumbing.Hash
+	for range n {
+		oh, err := sc.NextObjectHeader()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if oh.Type == plumbing.REFDeltaObject {
+			bases = append(bases, oh.Reference)
+		}
+		if _, _, err := sc.NextObject(io.Discard); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return bases
+}
+
+// TestChangesThatComeBackInOnePush: a batch whose folder comes back to a
+// version it had earlier in the same push (a tenant onboarded and
+// offboarded, a change and its revert) pushes a pack the server's
+// index-pack resolves: no two objects are deltas of each other. A small
+// folder changed twice still sends its second version as a delta against
+// the first, which is in the pack, and a large one sends each version as
+// a delta against the one before it.
+func TestChangesThatComeBackInOnePush(t *testing.T) {
+	for _, c := range []struct {
+		name    string
+		tenants int
+		changes func(list string) []map[string][]byte
+		maxPack int // bytes, when set: the large folder's versions went as deltas
+	}{
+		{"onboard two, offboard the second", 20, comeBack, 0},
+		{"onboard two, offboard the second, large folder", 3000, comeBack, 5_000},
+		{"a change and its revert", 3000, func(list string) []map[string][]byte {
+			return []map[string][]byte{
+				{"tier/kustomization.yaml": []byte(list + "  - extra.yaml\n")},
+				{"tier/kustomization.yaml": []byte(list)},
+			}
+		}, 0},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			srv, _ := startServer(t)
+			seed := fstest.MapFS{}
+			list := seedFolder(seed, "tier", c.tenants)
+			r := openSeeded(t, srv, "back.git", seed)
+			base := r.Head()
+			tip := base
+			for i, files := range c.changes(list) {
+				var err error
+				if tip, err = r.Commit(tip, files, fmt.Sprintf("change %d", i)); err != nil {
+					t.Fatal(err)
+				}
+			}
+			hashes, bases, ok := r.newObjects(base, tip)
+			if !ok {
+				t.Fatal("the commits' objects were not recorded")
+			}
+			var pack bytes.Buffer
+			if err := writePack(&pack, r.repo.Storer, hashes, bases); err != nil {
+				t.Fatal(err)
+			}
+			if c.maxPack > 0 && pack.Len() > c.maxPack {
+				t.Errorf("pack of %d bytes, want at most %d: a version of the large folder went whole", pack.Len(), c.maxPack)
+			}
+			sent := deltaBases(t, pack.Bytes())
+			if c.tenants < 100 {
+				inPack := 0
+				for _, b := range sent {
+					if slices.Contains(hashes, b) {
+						inPack++
+					}
+				}
+				if inPack < 2 {
+					t.Errorf("%d deltas against objects of the pack; want at least the second version of the folder's tree and list against the first", inPack)
+				}
+			}
+			pushChecked(t, srv, "back.git", r, base, tip)
+		})
+	}
+}
+
+// comeBack onboards t1 and t2 to the folder listed by list, then offboards
+// t2: the third list is the first again.
+func comeBack(list string) []map[string][]byte {
+	return []map[string][]byte{
+		{"tier/t1.yaml": []byte("t1\n"), "tier/kustomization.yaml": []byte(list + "  - t1.yaml\n")},
+		{"tier/t2.yaml": []byte("t2\n"), "tier/kustomization.yaml": []byte(list + "  - t1.yaml\n  - t2.yaml\n")},
+		{"tier/t2.yaml": nil, "tier/kustomization.yaml": []byte(list + "  - t1.yaml\n")},
+	}
 }

@@ -78,7 +78,13 @@ func (r *Repo) newObjects(parent, tip plumbing.Hash) ([]plumbing.Hash, map[plumb
 	bases := map[plumbing.Hash]plumbing.Hash{}
 	for i := len(chain) - 1; i >= 0; i-- {
 		all = append(all, chain[i].objects...)
-		maps.Copy(bases, chain[i].bases)
+		for h, base := range chain[i].bases {
+			// The first commit that wrote h names its base: a version from
+			// before h's first place in the pack, so deltas point back.
+			if _, ok := bases[h]; !ok {
+				bases[h] = base
+			}
+		}
 	}
 	return all, bases, true
 }
