@@ -151,16 +151,12 @@ func TestThinPackPushes(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	hashes, bases, ok := r.newObjects(base, tip)
-	if !ok || len(bases) == 0 {
-		t.Fatalf("no delta bases recorded: %v", bases)
+	_, bases, pack := packOf(t, r, base, tip)
+	if len(bases) == 0 {
+		t.Fatal("no delta bases recorded")
 	}
-	var pack bytes.Buffer
-	if err := writePack(&pack, r.repo.Storer, hashes, bases); err != nil {
-		t.Fatal(err)
-	}
-	if pack.Len() > 5_000 {
-		t.Errorf("pack of four small commits is %d bytes: the 100 KB tree or the 60 KB kustomization was not sent as a delta", pack.Len())
+	if len(pack) > 5_000 {
+		t.Errorf("pack of four small commits is %d bytes: the 100 KB tree or the 60 KB kustomization was not sent as a delta", len(pack))
 	}
 	pushChecked(t, srv, "big.git", r, base, tip)
 	if got, _ := srv.Output("big.git", "show", "main:tier/tenant-0002.yaml"); got != "changed\n" {
@@ -191,14 +187,7 @@ func TestThinDeltasOnlyForLargeObjects(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	hashes, bases, ok := r.newObjects(base, tip)
-	if !ok {
-		t.Fatal("no delta bases recorded")
-	}
-	var pack bytes.Buffer
-	if err := writePack(&pack, r.repo.Storer, hashes, bases); err != nil {
-		t.Fatal(err)
-	}
+	hashes, bases, pack := packOf(t, r, base, tip)
 	sizes := map[plumbing.Hash]int{} // by its base: the size of each object that has one
 	for _, h := range hashes {
 		if _, ok := bases[h]; !ok {
@@ -211,7 +200,7 @@ func TestThinDeltasOnlyForLargeObjects(t *testing.T) {
 		sizes[bases[h]] = len(content)
 	}
 	var deltas, under int
-	for _, b := range deltaBases(t, pack.Bytes()) {
+	for _, b := range deltaBases(t, pack) {
 		deltas++
 		if sizes[b] < thinMin {
 			under++
@@ -340,18 +329,11 @@ func TestChangesThatComeBackInOnePush(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			hashes, bases, ok := r.newObjects(base, tip)
-			if !ok {
-				t.Fatal("the commits' objects were not recorded")
+			hashes, _, pack := packOf(t, r, base, tip)
+			if c.maxPack > 0 && len(pack) > c.maxPack {
+				t.Errorf("pack of %d bytes, want at most %d: a version of the large folder went whole", len(pack), c.maxPack)
 			}
-			var pack bytes.Buffer
-			if err := writePack(&pack, r.repo.Storer, hashes, bases); err != nil {
-				t.Fatal(err)
-			}
-			if c.maxPack > 0 && pack.Len() > c.maxPack {
-				t.Errorf("pack of %d bytes, want at most %d: a version of the large folder went whole", pack.Len(), c.maxPack)
-			}
-			sent := deltaBases(t, pack.Bytes())
+			sent := deltaBases(t, pack)
 			if c.tenants < 100 {
 				inPack := 0
 				for _, b := range sent {
@@ -376,4 +358,19 @@ func comeBack(list string) []map[string][]byte {
 		{"tier/t2.yaml": []byte("t2\n"), "tier/kustomization.yaml": []byte(list + "  - t1.yaml\n  - t2.yaml\n")},
 		{"tier/t2.yaml": nil, "tier/kustomization.yaml": []byte(list + "  - t1.yaml\n")},
 	}
+}
+
+// packOf is the pack a push of base..tip sends: its objects, their delta
+// bases and the pack's bytes.
+func packOf(t *testing.T, r *Repo, base, tip plumbing.Hash) ([]plumbing.Hash, map[plumbing.Hash]plumbing.Hash, []byte) {
+	t.Helper()
+	hashes, bases, ok := r.newObjects(base, tip)
+	if !ok {
+		t.Fatal("the commits' objects were not recorded")
+	}
+	var pack bytes.Buffer
+	if err := writePack(&pack, r.repo.Storer, hashes, bases); err != nil {
+		t.Fatal(err)
+	}
+	return hashes, bases, pack.Bytes()
 }
