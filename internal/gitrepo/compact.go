@@ -68,6 +68,12 @@ func (r *Repo) compact() error {
 			return fmt.Errorf("compact clone: %w", err)
 		}
 	}
+	pending := r.pendingOnHeads()
+	for c := range pending {
+		if err := copyCommit(src, dst, c); err != nil {
+			return fmt.Errorf("compact clone: %w", err)
+		}
+	}
 	// The clone now holds the heads without their history: it says so to
 	// the server (shallow, as a clone of depth 1), which otherwise counts
 	// every object reachable from the heads' ancestors as held here, and
@@ -113,10 +119,46 @@ func (r *Repo) compact() error {
 	}
 	r.mu.Lock()
 	r.storedBytes = r.compactedSize
-	r.written, r.trackedCount = nil, 0
+	r.written, r.trackedCount = pending, 0
+	for _, w := range pending {
+		r.trackedCount += len(w.objects)
+	}
 	r.trees = nil // its trees read from the old storage, and would keep it alive
 	r.mu.Unlock()
 	return nil
+}
+
+// pendingOnHeads is what the clone wrote and has not pushed on top of its
+// heads: commits whose parents lead, through commits it wrote, to the
+// branch's or the ledger branch's head. A batch that lost a race fetches
+// (which may compact) and pushes its ledger commit, made on the ledger's
+// head before the fetch: compaction keeps it, and what its push sends.
+// Commits on an older head (the batch's commits that it makes again on the
+// new one) are dropped.
+func (r *Repo) pendingOnHeads() map[plumbing.Hash]written {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	on := map[plumbing.Hash]bool{r.head: true}
+	if !r.ledgerHead.IsZero() {
+		on[r.ledgerHead] = true
+	}
+	var leads func(c plumbing.Hash, depth int) bool
+	leads = func(c plumbing.Hash, depth int) bool {
+		if v, ok := on[c]; ok {
+			return v
+		}
+		w, ok := r.written[c]
+		v := ok && depth < len(r.written) && leads(w.parent, depth+1)
+		on[c] = v
+		return v
+	}
+	pending := map[plumbing.Hash]written{}
+	for c, w := range r.written {
+		if c != r.head && c != r.ledgerHead && leads(c, 0) {
+			pending[c] = w
+		}
+	}
+	return pending
 }
 
 // memoryBytes is the size of the objects a memory clone holds.
@@ -142,6 +184,9 @@ func copyCommit(src, dst storer.EncodedObjectStorer, commit plumbing.Hash) error
 			return nil
 		}
 		seen[h] = true
+		if dst.HasEncodedObject(h) == nil {
+			return nil // copied whole with a commit before (a tree with all below it)
+		}
 		obj, err := src.EncodedObject(plumbing.AnyObject, h)
 		if err != nil {
 			return err

@@ -160,3 +160,56 @@ func TestPushOfCommitsNotRemembered(t *testing.T) {
 		t.Fatalf("refs:\n%s", out)
 	}
 }
+
+// TestLedgerCommitKeptThroughCompaction: a batch that lost the race fetches,
+// which may compact the clone, makes its change again on the new head and
+// pushes it with the ledger commit it made before the fetch: compaction
+// keeps that commit, and the push carries both.
+func TestLedgerCommitKeptThroughCompaction(t *testing.T) {
+	srv, url := startServer(t)
+	r := openWithLedger(t, url)
+	ctx := context.Background()
+	main0 := r.Head()
+	l1, err := r.Commit(plumbing.ZeroHash, map[string][]byte{"messages/1": []byte("m1\n")}, "record 1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := r.PushRefs(ctx, Move{main0, main0}, Move{plumbing.ZeroHash, l1}); err != nil {
+		t.Fatal(err)
+	}
+	c1, err := r.Commit(main0, map[string][]byte{"a/x.yaml": []byte("x\n")}, "change")
+	if err != nil {
+		t.Fatal(err)
+	}
+	l2, err := r.Commit(l1, map[string][]byte{"messages/2": []byte("m2\n")}, "record 2")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := srv.WriteFile("gitops.git", "main", "b/other.yaml", "other\n", "another writer"); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Push(ctx, main0, c1); !IsConflict(err) {
+		t.Fatalf("push: %v, want a lost race", err)
+	}
+	r.compactEvery = 1 // the fetch compacts, as the 500th new head would
+	head, err := r.Fetch(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.heads != 0 {
+		t.Fatal("the fetch did not compact the clone: the test tests nothing")
+	}
+	c2, err := r.Commit(head, map[string][]byte{"a/x.yaml": []byte("x\n")}, "change")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := r.PushRefs(ctx, Move{head, c2}, Move{l1, l2}); err != nil {
+		t.Fatalf("push of the change made again, with the ledger commit made before the fetch: %v", err)
+	}
+	if got, err := srv.Output("gitops.git", "show", "tenant-worker/ledger:messages/2"); err != nil || got != "m2\n" {
+		t.Errorf("ledger branch: messages/2 = %q (%v)", got, err)
+	}
+	if out, err := srv.Output("gitops.git", "fsck", "--strict", "--no-dangling"); err != nil {
+		t.Errorf("fsck: %v %s", err, out)
+	}
+}
