@@ -28,7 +28,7 @@ const (
 // holding only the head commit and its tree. Nothing needs the older objects: pushes send only new
 // objects, the server negotiates fetches from the head, and the message ids
 // applied are kept in the ledger in the tree itself, not read from history.
-func (r *Repo) maybeCompact() error {
+func (r *Repo) maybeCompact(keep ...plumbing.Hash) error {
 	r.heads++
 	every := r.compactEvery
 	if every <= 0 {
@@ -44,10 +44,10 @@ func (r *Repo) maybeCompact() error {
 	if !due || r.head.IsZero() {
 		return nil
 	}
-	return r.compact()
+	return r.compact(keep)
 }
 
-func (r *Repo) compact() error {
+func (r *Repo) compact(keep []plumbing.Hash) error {
 	dir := ""
 	if r.opts.Dir != "" {
 		dir = r.opts.Dir + compactSuffix
@@ -68,7 +68,7 @@ func (r *Repo) compact() error {
 			return fmt.Errorf("compact clone: %w", err)
 		}
 	}
-	pending := r.pendingOnHeads()
+	pending := r.held(keep)
 	for c := range pending {
 		if err := copyCommit(src, dst, c); err != nil {
 			return fmt.Errorf("compact clone: %w", err)
@@ -128,37 +128,26 @@ func (r *Repo) compact() error {
 	return nil
 }
 
-// pendingOnHeads is what the clone wrote and has not pushed on top of its
-// heads: commits whose parents lead, through commits it wrote, to the
-// branch's or the ledger branch's head. A batch that lost a race fetches
-// (which may compact) and pushes its ledger commit, made on the ledger's
-// head before the fetch: compaction keeps it, and what its push sends.
-// Commits on an older head (the batch's commits that it makes again on the
-// new one) are dropped.
-func (r *Repo) pendingOnHeads() map[plumbing.Hash]written {
+// held is what compaction keeps of the commits the clone wrote and has not
+// pushed: those from each of keep down to the first it did not write (a
+// head, or none for a branch not made yet), with what a push of them
+// sends. Everything else it wrote (a failed job's commit, the commits a
+// batch makes again after a lost race) goes.
+func (r *Repo) held(keep []plumbing.Hash) map[plumbing.Hash]written {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	on := map[plumbing.Hash]bool{r.head: true}
-	if !r.ledgerHead.IsZero() {
-		on[r.ledgerHead] = true
-	}
-	var leads func(c plumbing.Hash, depth int) bool
-	leads = func(c plumbing.Hash, depth int) bool {
-		if v, ok := on[c]; ok {
-			return v
-		}
-		w, ok := r.written[c]
-		v := ok && depth < len(r.written) && leads(w.parent, depth+1)
-		on[c] = v
-		return v
-	}
-	pending := map[plumbing.Hash]written{}
-	for c, w := range r.written {
-		if c != r.head && c != r.ledgerHead && leads(c, 0) {
-			pending[c] = w
+	out := map[plumbing.Hash]written{}
+	for _, c := range keep {
+		for {
+			w, ok := r.written[c]
+			if _, seen := out[c]; !ok || seen {
+				break
+			}
+			out[c] = w
+			c = w.parent
 		}
 	}
-	return pending
+	return out
 }
 
 // memoryBytes is the size of the objects a memory clone holds.

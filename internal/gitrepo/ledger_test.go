@@ -163,53 +163,75 @@ func TestPushOfCommitsNotRemembered(t *testing.T) {
 
 // TestLedgerCommitKeptThroughCompaction: a batch that lost the race fetches,
 // which may compact the clone, makes its change again on the new head and
-// pushes it with the ledger commit it made before the fetch: compaction
-// keeps that commit, and the push carries both.
+// pushes it with the ledger commit it made before the fetch, on the
+// ledger's head or as the branch's first commit: compaction keeps that
+// commit, and the push carries both. What the fetch was not asked to keep
+// (the batch's commit on the old head) goes.
 func TestLedgerCommitKeptThroughCompaction(t *testing.T) {
-	srv, url := startServer(t)
-	r := openWithLedger(t, url)
-	ctx := context.Background()
-	main0 := r.Head()
-	l1, err := r.Commit(plumbing.ZeroHash, map[string][]byte{"messages/1": []byte("m1\n")}, "record 1")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := r.PushRefs(ctx, Move{main0, main0}, Move{plumbing.ZeroHash, l1}); err != nil {
-		t.Fatal(err)
-	}
-	c1, err := r.Commit(main0, map[string][]byte{"a/x.yaml": []byte("x\n")}, "change")
-	if err != nil {
-		t.Fatal(err)
-	}
-	l2, err := r.Commit(l1, map[string][]byte{"messages/2": []byte("m2\n")}, "record 2")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := srv.WriteFile("gitops.git", "main", "b/other.yaml", "other\n", "another writer"); err != nil {
-		t.Fatal(err)
-	}
-	if err := r.Push(ctx, main0, c1); !IsConflict(err) {
-		t.Fatalf("push: %v, want a lost race", err)
-	}
-	r.compactEvery = 1 // the fetch compacts, as the 500th new head would
-	head, err := r.Fetch(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if r.heads != 0 {
-		t.Fatal("the fetch did not compact the clone: the test tests nothing")
-	}
-	c2, err := r.Commit(head, map[string][]byte{"a/x.yaml": []byte("x\n")}, "change")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := r.PushRefs(ctx, Move{head, c2}, Move{l1, l2}); err != nil {
-		t.Fatalf("push of the change made again, with the ledger commit made before the fetch: %v", err)
-	}
-	if got, err := srv.Output("gitops.git", "show", "tenant-worker/ledger:messages/2"); err != nil || got != "m2\n" {
-		t.Errorf("ledger branch: messages/2 = %q (%v)", got, err)
-	}
-	if out, err := srv.Output("gitops.git", "fsck", "--strict", "--no-dangling"); err != nil {
-		t.Errorf("fsck: %v %s", err, out)
+	for _, first := range []bool{false, true} {
+		t.Run(map[bool]string{false: "on the ledger's head", true: "the ledger's first commit"}[first], func(t *testing.T) {
+			srv, url := startServer(t)
+			r := openWithLedger(t, url)
+			ctx := context.Background()
+			main0 := r.Head()
+			var l1 plumbing.Hash
+			if !first {
+				var err error
+				if l1, err = r.Commit(plumbing.ZeroHash, map[string][]byte{"messages/1": []byte("m1\n")}, "record 1"); err != nil {
+					t.Fatal(err)
+				}
+				if err := r.PushRefs(ctx, Move{main0, main0}, Move{plumbing.ZeroHash, l1}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			c1, err := r.Commit(main0, map[string][]byte{"a/x.yaml": []byte("x\n")}, "change")
+			if err != nil {
+				t.Fatal(err)
+			}
+			l2, err := r.Commit(l1, map[string][]byte{"messages/2": []byte("m2\n")}, "record 2")
+			if err != nil {
+				t.Fatal(err)
+			}
+			// A job that failed its checks left this one on the ledger's head.
+			failed, err := r.Commit(l1, map[string][]byte{"messages/3": []byte("m3\n")}, "record 3")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := srv.WriteFile("gitops.git", "main", "b/other.yaml", "other\n", "another writer"); err != nil {
+				t.Fatal(err)
+			}
+			if err := r.PushRefs(ctx, Move{main0, c1}, Move{l1, l2}); !IsConflict(err) {
+				t.Fatalf("push: %v, want a lost race", err)
+			}
+			r.compactEvery = 1 // the fetch compacts, as the 500th new head would
+			head, err := r.Fetch(ctx, l2)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if r.heads != 0 {
+				t.Fatal("the fetch did not compact the clone: the test tests nothing")
+			}
+			for name, c := range map[string]plumbing.Hash{"the batch's commit on the old head": c1, "a failed job's ledger commit": failed} {
+				if _, ok := r.written[c]; ok {
+					t.Errorf("%s, which the fetch was not asked to keep, is still tracked", name)
+				}
+				if err := r.repo.Storer.HasEncodedObject(c); err == nil {
+					t.Errorf("%s, which the fetch was not asked to keep, is still stored", name)
+				}
+			}
+			c2, err := r.Commit(head, map[string][]byte{"a/x.yaml": []byte("x\n")}, "change")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := r.PushRefs(ctx, Move{head, c2}, Move{l1, l2}); err != nil {
+				t.Fatalf("push of the change made again, with the ledger commit made before the fetch: %v", err)
+			}
+			if got, err := srv.Output("gitops.git", "show", "tenant-worker/ledger:messages/2"); err != nil || got != "m2\n" {
+				t.Errorf("ledger branch: messages/2 = %q (%v)", got, err)
+			}
+			if out, err := srv.Output("gitops.git", "fsck", "--strict", "--no-dangling"); err != nil {
+				t.Errorf("fsck: %v %s", err, out)
+			}
+		})
 	}
 }

@@ -183,8 +183,11 @@ func (r *Repo) Branch() string { return r.opts.Branch }
 // push; zero when it does not exist (or no ledger branch is configured).
 func (r *Repo) LedgerHead() plumbing.Hash { return r.ledgerHead }
 
-// Fetch brings the remote branch up to date incrementally and returns its head.
-func (r *Repo) Fetch(ctx context.Context) (plumbing.Hash, error) {
+// Fetch brings the remote branch up to date incrementally and returns its
+// head. Commits written and not yet pushed that the caller will still push
+// are named in keep (each with those below it that it wrote): a compaction
+// in the fetch keeps them, and drops every other one.
+func (r *Repo) Fetch(ctx context.Context, keep ...plumbing.Hash) (plumbing.Hash, error) {
 	ctx, cancel := context.WithTimeout(ctx, r.opts.Timeout)
 	defer cancel()
 	auth, err := r.auth.Auth()
@@ -233,7 +236,7 @@ func (r *Repo) Fetch(ctx context.Context) (plumbing.Hash, error) {
 			r.storedBytes = memoryBytes(ms)
 			r.mu.Unlock()
 		}
-		if err := r.maybeCompact(); err != nil {
+		if err := r.maybeCompact(keep...); err != nil {
 			return plumbing.ZeroHash, err
 		}
 	}
