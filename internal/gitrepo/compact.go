@@ -25,10 +25,15 @@ const (
 // 400 KB) and, on disk, a pack file that every later lookup searches. Once
 // enough has accumulated (500 new heads, or in memory half as many bytes
 // again as after the last compaction, at least 16 MB), the clone is rebuilt
-// holding only the head commit and its tree. Nothing needs the older objects: pushes send only new
-// objects, the server negotiates fetches from the head, and the message ids
-// applied are kept in the ledger in the tree itself, not read from history.
-func (r *Repo) maybeCompact(keep ...plumbing.Hash) error {
+// holding only the heads of the branch and the ledger branch and their
+// trees. Nothing needs the older objects: pushes send only new objects, the
+// server negotiates fetches from the heads, and the ledger's records are
+// read from its head's tree, not from history.
+//
+// A new head is counted either way; with now false (a fetch whose caller
+// still holds commits it wrote on the old heads) the compaction waits for
+// the next call with now true, the push.
+func (r *Repo) maybeCompact(now bool) error {
 	r.heads++
 	every := r.compactEvery
 	if every <= 0 {
@@ -41,13 +46,13 @@ func (r *Repo) maybeCompact(keep ...plumbing.Hash) error {
 	if _, ok := r.repo.Storer.(*memory.Storage); ok && stored > r.compactedSize+max(r.compactedSize/2, minBytes) {
 		due = true // at 10,000 tenants each commit adds a 400 KB tree
 	}
-	if !due || r.head.IsZero() {
+	if !now || !due || r.head.IsZero() {
 		return nil
 	}
-	return r.compact(keep)
+	return r.compact()
 }
 
-func (r *Repo) compact(keep []plumbing.Hash) error {
+func (r *Repo) compact() error {
 	dir := ""
 	if r.opts.Dir != "" {
 		dir = r.opts.Dir + compactSuffix
@@ -65,12 +70,6 @@ func (r *Repo) compact(keep []plumbing.Hash) error {
 	}
 	if !r.ledgerHead.IsZero() {
 		if err := copyCommit(src, dst, r.ledgerHead); err != nil {
-			return fmt.Errorf("compact clone: %w", err)
-		}
-	}
-	pending := r.held(keep)
-	for c := range pending {
-		if err := copyCommit(src, dst, c); err != nil {
 			return fmt.Errorf("compact clone: %w", err)
 		}
 	}
@@ -119,35 +118,10 @@ func (r *Repo) compact(keep []plumbing.Hash) error {
 	}
 	r.mu.Lock()
 	r.storedBytes = r.compactedSize
-	r.written, r.trackedCount = pending, 0
-	for _, w := range pending {
-		r.trackedCount += len(w.objects)
-	}
+	r.written, r.trackedCount = nil, 0
 	r.trees = nil // its trees read from the old storage, and would keep it alive
 	r.mu.Unlock()
 	return nil
-}
-
-// held is what compaction keeps of the commits the clone wrote and has not
-// pushed: those from each of keep down to the first it did not write (a
-// head, or none for a branch not made yet), with what a push of them
-// sends. Everything else it wrote (a failed job's commit, the commits a
-// batch makes again after a lost race) goes.
-func (r *Repo) held(keep []plumbing.Hash) map[plumbing.Hash]written {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	out := map[plumbing.Hash]written{}
-	for _, c := range keep {
-		for {
-			w, ok := r.written[c]
-			if _, seen := out[c]; !ok || seen {
-				break
-			}
-			out[c] = w
-			c = w.parent
-		}
-	}
-	return out
 }
 
 // memoryBytes is the size of the objects a memory clone holds.
@@ -173,9 +147,6 @@ func copyCommit(src, dst storer.EncodedObjectStorer, commit plumbing.Hash) error
 			return nil
 		}
 		seen[h] = true
-		if dst.HasEncodedObject(h) == nil {
-			return nil // copied whole with a commit before (a tree with all below it)
-		}
 		obj, err := src.EncodedObject(plumbing.AnyObject, h)
 		if err != nil {
 			return err

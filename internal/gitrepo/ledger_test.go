@@ -161,12 +161,13 @@ func TestPushOfCommitsNotRemembered(t *testing.T) {
 	}
 }
 
-// TestLedgerCommitKeptThroughCompaction: a batch that lost the race fetches,
-// which may compact the clone, makes its change again on the new head and
-// pushes it with the ledger commit it made before the fetch, on the
-// ledger's head or as the branch's first commit: compaction keeps that
-// commit, and the push carries both. What the fetch was not asked to keep
-// (the batch's commit on the old head) goes.
+// TestLedgerCommitKeptThroughCompaction: a batch that lost the race
+// refetches, makes its change again on the new head and pushes it with the
+// ledger commit it made before (on the ledger's head, or as the branch's
+// first commit). The refetch leaves the clone whole even when a compaction
+// is due, so the old head and that commit stay readable, and the push
+// carries both; the push then compacts, and what nobody pushed (the
+// batch's commit on the old head, a failed job's ledger commit) goes.
 func TestLedgerCommitKeptThroughCompaction(t *testing.T) {
 	for _, first := range []bool{false, true} {
 		t.Run(map[bool]string{false: "on the ledger's head", true: "the ledger's first commit"}[first], func(t *testing.T) {
@@ -203,21 +204,13 @@ func TestLedgerCommitKeptThroughCompaction(t *testing.T) {
 			if err := r.PushRefs(ctx, Move{main0, c1}, Move{l1, l2}); !IsConflict(err) {
 				t.Fatalf("push: %v, want a lost race", err)
 			}
-			r.compactEvery = 1 // the fetch compacts, as the 500th new head would
-			head, err := r.Fetch(ctx, l2)
+			r.compactEvery = 1 // a compaction is due, as at the 500th new head
+			head, err := r.Refetch(ctx)
 			if err != nil {
 				t.Fatal(err)
 			}
-			if r.heads != 0 {
-				t.Fatal("the fetch did not compact the clone: the test tests nothing")
-			}
-			for name, c := range map[string]plumbing.Hash{"the batch's commit on the old head": c1, "a failed job's ledger commit": failed} {
-				if _, ok := r.written[c]; ok {
-					t.Errorf("%s, which the fetch was not asked to keep, is still tracked", name)
-				}
-				if err := r.repo.Storer.HasEncodedObject(c); err == nil {
-					t.Errorf("%s, which the fetch was not asked to keep, is still stored", name)
-				}
+			if _, err := r.Touches(main0, head, NewReads()); err != nil {
+				t.Fatalf("the old head after the refetch: %v", err)
 			}
 			c2, err := r.Commit(head, map[string][]byte{"a/x.yaml": []byte("x\n")}, "change")
 			if err != nil {
@@ -225,6 +218,17 @@ func TestLedgerCommitKeptThroughCompaction(t *testing.T) {
 			}
 			if err := r.PushRefs(ctx, Move{head, c2}, Move{l1, l2}); err != nil {
 				t.Fatalf("push of the change made again, with the ledger commit made before the fetch: %v", err)
+			}
+			if r.heads != 0 {
+				t.Fatal("the push did not compact the clone: the test tests nothing")
+			}
+			for name, c := range map[string]plumbing.Hash{"the batch's commit on the old head": c1, "a failed job's ledger commit": failed} {
+				if _, ok := r.written[c]; ok {
+					t.Errorf("%s, which nobody pushed, is still tracked", name)
+				}
+				if err := r.repo.Storer.HasEncodedObject(c); err == nil {
+					t.Errorf("%s, which nobody pushed, is still stored", name)
+				}
 			}
 			if got, err := srv.Output("gitops.git", "show", "tenant-worker/ledger:messages/2"); err != nil || got != "m2\n" {
 				t.Errorf("ledger branch: messages/2 = %q (%v)", got, err)

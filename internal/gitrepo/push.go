@@ -162,7 +162,7 @@ func (r *Repo) PushRefs(ctx context.Context, main, ledger Move) error {
 		}
 	}
 	r.mu.Unlock()
-	return r.maybeCompact()
+	return r.maybeCompact(true)
 }
 
 // ErrNoAtomic: the server does not take pushes of several refs as one

@@ -184,10 +184,17 @@ func (r *Repo) Branch() string { return r.opts.Branch }
 func (r *Repo) LedgerHead() plumbing.Hash { return r.ledgerHead }
 
 // Fetch brings the remote branch up to date incrementally and returns its
-// head. Commits written and not yet pushed that the caller will still push
-// are named in keep (each with those below it that it wrote): a compaction
-// in the fetch keeps them, and drops every other one.
-func (r *Repo) Fetch(ctx context.Context, keep ...plumbing.Hash) (plumbing.Hash, error) {
+// head. It may compact the clone (maybeCompact), dropping what it wrote and
+// did not push, and the heads it had before.
+func (r *Repo) Fetch(ctx context.Context) (plumbing.Hash, error) { return r.fetch(ctx, true) }
+
+// Refetch is Fetch for a caller that still holds commits it wrote and has
+// not pushed (a batch that lost a race, rebasing them): it does not compact
+// the clone, so they and the head they were made on stay readable. The
+// next push compacts, once it is due.
+func (r *Repo) Refetch(ctx context.Context) (plumbing.Hash, error) { return r.fetch(ctx, false) }
+
+func (r *Repo) fetch(ctx context.Context, mayCompact bool) (plumbing.Hash, error) {
 	ctx, cancel := context.WithTimeout(ctx, r.opts.Timeout)
 	defer cancel()
 	auth, err := r.auth.Auth()
@@ -236,7 +243,7 @@ func (r *Repo) Fetch(ctx context.Context, keep ...plumbing.Hash) (plumbing.Hash,
 			r.storedBytes = memoryBytes(ms)
 			r.mu.Unlock()
 		}
-		if err := r.maybeCompact(keep...); err != nil {
+		if err := r.maybeCompact(mayCompact); err != nil {
 			return plumbing.ZeroHash, err
 		}
 	}

@@ -29,9 +29,10 @@ import (
 type Repository interface {
 	// Head is the remote branch as last seen (fetched or pushed).
 	Head() plumbing.Hash
-	// Fetch brings the branches up to date; the commits in keep (written,
-	// not yet pushed, to be pushed still) survive it.
-	Fetch(ctx context.Context, keep ...plumbing.Hash) (plumbing.Hash, error)
+	Fetch(ctx context.Context) (plumbing.Hash, error)
+	// Refetch is Fetch keeping the commits written and not yet pushed (and
+	// the heads they were made on) readable: a rebase pushes them still.
+	Refetch(ctx context.Context) (plumbing.Hash, error)
 	Snapshot(commit plumbing.Hash) (*gitrepo.Snapshot, error)
 	Commit(parent plumbing.Hash, files map[string][]byte, msg string) (plumbing.Hash, error)
 	CommitInfo(h plumbing.Hash) ([]plumbing.Hash, string, error)

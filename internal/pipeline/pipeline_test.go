@@ -194,6 +194,14 @@ func TestLostRaceIsReapplied(t *testing.T) {
 // and push is a fetch long, so a slow batch still wins against a writer
 // that pushes more often than the batch can be planned.
 func TestLostRaceToAnUnrelatedChangeIsRebased(t *testing.T) {
+	// The other writer's note: a line, or 18 MB, which grows the memory
+	// clone past its compaction threshold when the rebase fetches it.
+	for name, note := range map[string]string{"a small note": "second\n", "a note that makes a compaction due": strings.Repeat("x\n", 9<<20)} {
+		t.Run(name, func(t *testing.T) { lostRaceRebased(t, note) })
+	}
+}
+
+func lostRaceRebased(t *testing.T, note string) {
 	seed, err := templates.MapFS()
 	if err != nil {
 		t.Fatal(err)
@@ -203,7 +211,7 @@ func TestLostRaceToAnUnrelatedChangeIsRebased(t *testing.T) {
 	var fired atomic.Int32
 	e.srv.SetHook(func(w http.ResponseWriter, r *http.Request) bool {
 		if r.Method == http.MethodPost && strings.HasSuffix(r.URL.Path, "git-receive-pack") && fired.Add(1) == 1 {
-			if err := e.srv.WriteFile("gitops.git", "main", "notes/today.txt", "second\n", "a note"); err != nil {
+			if err := e.srv.WriteFile("gitops.git", "main", "notes/today.txt", note, "a note"); err != nil {
 				t.Error(err)
 			}
 		}
@@ -231,8 +239,8 @@ func TestLostRaceToAnUnrelatedChangeIsRebased(t *testing.T) {
 	if msg := mustOut(t, e, "log", "-1", "--format=%B", "main"); !strings.Contains(msg, "Adding new tenant tenant-1") {
 		t.Errorf("the rebased commit's message: %q", msg)
 	}
-	if got := mustOut(t, e, "show", "main:notes/today.txt"); got != "second\n" {
-		t.Errorf("the note after the rebase: %q, want the other writer's", got)
+	if got := mustOut(t, e, "show", "main:notes/today.txt"); got != note {
+		t.Errorf("the note after the rebase: %d bytes, want the other writer's %d", len(got), len(note))
 	}
 	if !strings.Contains(show(t, e, "tenants/premium/tenant-1.yaml"), "name: tenant-1-premium") ||
 		!strings.Contains(show(t, e, "tenants/premium/kustomization.yaml"), "tenant-1.yaml") {

@@ -54,7 +54,7 @@ func (b *batch) rebase(ctx context.Context) (rebased, fetched bool) {
 	var head plumbing.Hash
 	err := b.timed(StepSync, func() error {
 		var err error
-		head, err = b.p.repo.Fetch(ctx, b.ledgerTip) // pushed again below
+		head, err = b.p.repo.Refetch(ctx) // b.base, b.made and b.ledgerTip read below
 		return err
 	})
 	if err != nil {
