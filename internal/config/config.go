@@ -111,7 +111,7 @@ func Default() Options {
 		PushAttempts:       10,
 		WaitTime:           20 * time.Second,
 		MaxMessages:        10,
-		MaxBatch:           200,
+		MaxBatch:           500,
 		VisibilityTimeout:  30 * time.Second,
 		RetryDelay:         10 * time.Second,
 		MaxRetryDelay:      15 * time.Minute,

@@ -17,9 +17,10 @@ import (
 	"github.com/tenant-worker/tenant-worker/templates"
 )
 
-// BenchmarkBatchInShardFolders is the worker's cost of one batch of 200
-// onboardings (MAX_BATCH) at 1,000 and at 21,000 tenants (the repository
-// before and after the ledger bench's backlog of 20,000), in 100 shard
+// BenchmarkBatchInShardFolders is the worker's cost of one batch of
+// MAX_BATCH onboardings (500 by default; 200 until 2026-12-06) at 1,000
+// and at 21,000 tenants (the repository before and after the ledger
+// bench's backlog of 20,000), in 100 shard
 // folders per tier: the pipeline in process against git's http-backend,
 // each size on a fresh clone, so what it measures is the repository's size
 // and not the history the clone went through. The two sizes take turns,

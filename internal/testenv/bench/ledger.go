@@ -17,6 +17,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
 	"github.com/go-git/go-git/v5/plumbing"
 
+	"github.com/tenant-worker/tenant-worker/internal/config"
 	"github.com/tenant-worker/tenant-worker/internal/gitops"
 	"github.com/tenant-worker/tenant-worker/internal/gitrepo"
 	"github.com/tenant-worker/tenant-worker/internal/ledger"
@@ -617,7 +618,7 @@ func ledgerBacklog(ctx context.Context, o LedgerOptions, api *sqs.Client, h ledg
 
 // maxBatch is the workers' MAX_BATCH: the default, or BENCH_WORKER_ENV's.
 func maxBatch() int {
-	n := 200
+	n := config.Default().MaxBatch
 	for _, kv := range strings.Fields(os.Getenv("BENCH_WORKER_ENV")) {
 		if v, ok := strings.CutPrefix(kv, "MAX_BATCH="); ok {
 			if m, err := strconv.Atoi(v); err == nil {
