@@ -165,12 +165,16 @@ func (c *Consumer) Run(ctx context.Context) {
 		// waiting), so that a backlog is applied in fewer, larger pushes.
 		// Like the poll, a follow-up receive in flight at shutdown runs out
 		// within the grace: what SQS hands it is made visible again below.
-		for len(out) < c.opts.MaxBatch && len(out)%c.opts.MaxMessages == 0 && ctx.Err() == nil {
+		// The batch also stops growing once its bodies hold batchBytes, so
+		// that large bodies (refused anyway) cannot fill memory.
+		held := bodyBytes(out)
+		for len(out) < c.opts.MaxBatch && len(out)%c.opts.MaxMessages == 0 && held < batchBytes && ctx.Err() == nil {
 			more, err := c.followUp(ctx)
 			if err != nil || len(more) == 0 {
 				break
 			}
 			out = append(out, more...)
+			held += bodyBytes(more)
 		}
 		msgs := make([]Message, len(out))
 		for i, m := range out {
@@ -184,6 +188,22 @@ func (c *Consumer) Run(ctx context.Context) {
 		}
 		c.process(ctx, log, msgs)
 	}
+}
+
+// batchBytes bounds the bodies a batch gathers by follow-up receives. A
+// valid body is at most message.MaxBodyBytes (4 KB), so a batch of 500
+// valid messages holds 2 MB; SQS takes bodies of up to 1 MiB, and 500 of
+// those, which the handler refuses, would hold 500 MiB in each consumer.
+// One receive may still bring more (10 bodies).
+const batchBytes = 4 << 20
+
+// bodyBytes is the size of the messages' bodies.
+func bodyBytes(ms []types.Message) int {
+	n := 0
+	for _, m := range ms {
+		n += len(aws.ToString(m.Body))
+	}
+	return n
 }
 
 // poll is one long poll. It is not abandoned when shutdown begins: SQS may

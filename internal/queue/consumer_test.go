@@ -336,3 +336,46 @@ func TestFollowUpReceiveAtShutdownIsReleased(t *testing.T) {
 		t.Errorf("handled %v, visibility %v: both messages must be made visible at once", handled, vis)
 	}
 }
+
+// TestBatchStopsGrowingAtItsBytes: follow-up receives gather a backlog up to
+// MaxBatch, but stop once the bodies hold batchBytes: 500 bodies of 1 MiB,
+// which the handler refuses anyway, must not sit in memory together.
+func TestBatchStopsGrowingAtItsBytes(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		body int
+		want int
+	}{
+		{"small bodies fill MaxBatch", 200, 50},
+		{"large bodies stop at the bound", 1 << 20, 10},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			f := newFake()
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			body := strings.Repeat("x", c.body)
+			k := 0
+			f.receive = func(context.Context, *sqs.ReceiveMessageInput) ([]types.Message, error) {
+				var out []types.Message
+				for range 10 {
+					k++
+					out = append(out, types.Message{MessageId: aws.String(strconv.Itoa(k)), ReceiptHandle: aws.String("rh-" + strconv.Itoa(k)), Body: aws.String(body)})
+				}
+				return out, nil
+			}
+			got := make(chan int, 1)
+			con := testConsumer(f, func(_ context.Context, ms []Message) []Disposition {
+				select {
+				case got <- len(ms):
+				default:
+				}
+				cancel()
+				return uniform(len(ms), Disposition{Action: Ack})
+			}, Options{WaitTime: time.Second, MaxMessages: 10, MaxBatch: 50})
+			con.Run(ctx)
+			if n := <-got; n != c.want {
+				t.Errorf("the first batch holds %d messages of %d bytes, want %d", n, c.body, c.want)
+			}
+		})
+	}
+}
