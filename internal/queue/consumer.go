@@ -145,6 +145,7 @@ func (c *Consumer) Run(ctx context.Context) {
 			return
 		}
 		out, err := c.poll(ctx)
+		received := time.Now()
 		if err != nil {
 			if ctx.Err() != nil {
 				return
@@ -166,9 +167,12 @@ func (c *Consumer) Run(ctx context.Context) {
 		// Like the poll, a follow-up receive in flight at shutdown runs out
 		// within the grace: what SQS hands it is made visible again below.
 		// The batch also stops growing once its bodies hold batchBytes, so
-		// that large bodies (refused anyway) cannot fill memory.
+		// that large bodies (refused anyway) cannot fill memory, and once a
+		// heartbeat's interval has passed since the first receive, whose
+		// messages' visibility is renewed from then on.
 		held := bodyBytes(out)
-		for len(out) < c.opts.MaxBatch && len(out)%c.opts.MaxMessages == 0 && held < batchBytes && ctx.Err() == nil {
+		for len(out) < c.opts.MaxBatch && len(out)%c.opts.MaxMessages == 0 && held < batchBytes &&
+			time.Since(received) < c.renewEvery() && ctx.Err() == nil {
 			more, err := c.followUp(ctx)
 			if err != nil || len(more) == 0 {
 				break
@@ -186,7 +190,7 @@ func (c *Consumer) Run(ctx context.Context) {
 			c.settle(log, msgs, uniform(len(msgs), Disposition{Action: Release}))
 			return
 		}
-		c.process(ctx, log, msgs)
+		c.process(ctx, log, msgs, received)
 	}
 }
 
@@ -248,10 +252,10 @@ func (c *Consumer) receive(ctx context.Context, wait time.Duration) ([]types.Mes
 // deleted only after its handler says the work is done: if anything fails in
 // between, SQS redelivers it, and the handler's work is idempotent, so
 // redelivery beats loss.
-func (c *Consumer) process(ctx context.Context, log zerolog.Logger, msgs []Message) {
+func (c *Consumer) process(ctx context.Context, log zerolog.Logger, msgs []Message, received time.Time) {
 	work, cancel := graceContext(ctx, c.opts.ShutdownGrace)
 	defer cancel()
-	stop := c.heartbeat(log, msgs)
+	stop := c.heartbeat(log, msgs, received)
 	ds := c.handleSafely(work, log, msgs)
 	stop()
 	if len(ds) != len(msgs) {
@@ -286,14 +290,15 @@ func (c *Consumer) handleSafely(ctx context.Context, log zerolog.Logger, msgs []
 }
 
 // heartbeat keeps the messages in hand invisible to other consumers,
-// renewing their visibility timeout at a third of its length, until stop is
-// called. A slow push therefore never lets a second copy start.
-func (c *Consumer) heartbeat(log zerolog.Logger, msgs []Message) (stop func()) {
-	interval := max(c.opts.VisibilityTimeout/3, 500*time.Millisecond)
+// renewing their visibility timeout every renewEvery from received (when
+// the first of them arrived), until stop is called. A slow push therefore
+// never lets a second copy start.
+func (c *Consumer) heartbeat(log zerolog.Logger, msgs []Message, received time.Time) (stop func()) {
+	interval := c.renewEvery()
 	done := make(chan struct{})
 	var wg sync.WaitGroup
 	wg.Go(func() {
-		t := time.NewTicker(interval)
+		t := time.NewTimer(max(0, interval-time.Since(received)))
 		defer t.Stop()
 		for {
 			select {
@@ -307,10 +312,17 @@ func (c *Consumer) heartbeat(log zerolog.Logger, msgs []Message) (stop func()) {
 				if err := c.changeVisibility(msgs, delays); err != nil {
 					log.Warn().Err(err).Msg("could not extend visibility of messages in hand")
 				}
+				t.Reset(interval)
 			}
 		}
 	})
 	return func() { close(done); wg.Wait() }
+}
+
+// renewEvery is how often the visibility of messages in hand is renewed: a
+// third of the visibility timeout.
+func (c *Consumer) renewEvery() time.Duration {
+	return max(c.opts.VisibilityTimeout/3, 500*time.Millisecond)
 }
 
 // settle applies each message's disposition with batched SQS calls.
@@ -358,14 +370,27 @@ func settleContext() (context.Context, context.CancelFunc) {
 	return context.WithTimeout(context.Background(), 10*time.Second)
 }
 
-// chunks calls fn for each run of at most 10 indexes (the SQS batch limit).
+// chunks calls fn for each run of at most 10 indexes (the SQS batch limit),
+// up to parallelCalls at a time: a batch of 500 is 50 calls, and one after
+// the other they would take longer than a short visibility timeout, or
+// wait behind one call that hangs.
 func chunks(n int, fn func(lo, hi int) error) error {
-	var errs []error
+	errs := make([]error, (n+9)/10)
+	sem := make(chan struct{}, parallelCalls)
+	var wg sync.WaitGroup
 	for lo := 0; lo < n; lo += 10 {
-		errs = append(errs, fn(lo, min(lo+10, n)))
+		sem <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			errs[lo/10] = fn(lo, min(lo+10, n))
+		})
 	}
+	wg.Wait()
 	return errors.Join(errs...)
 }
+
+// parallelCalls bounds the SQS calls of one settling or renewal at a time.
+const parallelCalls = 10
 
 func (c *Consumer) delete(msgs []Message) error {
 	return chunks(len(msgs), func(lo, hi int) error {

@@ -2,6 +2,7 @@ package queue
 
 import (
 	"context"
+	"fmt"
 	"strconv"
 	"strings"
 	"sync"
@@ -139,7 +140,7 @@ func TestSettleEachDisposition(t *testing.T) {
 		Disposition{Action: Retry, Detail: "git down"},
 		Disposition{Action: Release},
 	), Options{RetryDelay: 10 * time.Second, MaxRetryDelay: time.Minute})
-	c.process(context.Background(), zerolog.Nop(), msgs(4, 2))
+	c.process(context.Background(), zerolog.Nop(), msgs(4, 2), time.Now())
 	deleted, vis, dead := f.snapshot()
 	if strings.Join(deleted, ",") != "rh-0,rh-1" {
 		t.Errorf("deleted %v, want the acked and the dead-lettered message", deleted)
@@ -160,7 +161,7 @@ func TestOnlyWhatWasDeadLetteredIsDeleted(t *testing.T) {
 	f.sendFail["body-1"] = true
 	reject := Disposition{Action: Reject, Reason: "invalid_json"}
 	c := testConsumer(f, answer(reject, reject, reject), Options{})
-	c.process(context.Background(), zerolog.Nop(), msgs(3, 1))
+	c.process(context.Background(), zerolog.Nop(), msgs(3, 1), time.Now())
 	deleted, _, dead := f.snapshot()
 	if strings.Join(deleted, ",") != "rh-0,rh-2" || len(dead) != 2 {
 		t.Errorf("deleted %v with %d dead letters; the one that failed to send must stay", deleted, len(dead))
@@ -173,7 +174,7 @@ func TestReceiptHandlesAlreadyGoneCountAsDone(t *testing.T) {
 	var failures []string
 	c := NewConsumer(f, &Queue{Name: "q", URL: "http://sqs/q"}, answer(Disposition{Action: Ack}, Disposition{Action: Ack}),
 		Options{}, func(op string, err error) { failures = append(failures, op) })
-	c.process(context.Background(), zerolog.Nop(), msgs(2, 1))
+	c.process(context.Background(), zerolog.Nop(), msgs(2, 1), time.Now())
 	deleted, _, _ := f.snapshot()
 	if strings.Join(deleted, ",") != "rh-1" || len(failures) != 0 {
 		t.Errorf("deleted %v, failures %v", deleted, failures)
@@ -199,7 +200,7 @@ func TestShutdownGraceTurnsRetriesIntoReleases(t *testing.T) {
 	c := testConsumer(f, h, Options{ShutdownGrace: 50 * time.Millisecond, RetryDelay: time.Minute})
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel() // shutdown has begun
-	c.process(ctx, zerolog.Nop(), msgs(2, 1))
+	c.process(ctx, zerolog.Nop(), msgs(2, 1), time.Now())
 	deleted, vis, _ := f.snapshot()
 	if vis["rh-0"] != 0 || len(vis) != 1 || strings.Join(deleted, ",") != "rh-1" {
 		t.Errorf("visibility %v, deleted %v: the retry must be released at once", vis, deleted)
@@ -209,7 +210,7 @@ func TestShutdownGraceTurnsRetriesIntoReleases(t *testing.T) {
 func TestWrongNumberOfDispositionsReleasesAll(t *testing.T) {
 	f := newFake()
 	c := testConsumer(f, answer(Disposition{Action: Ack}), Options{})
-	c.process(context.Background(), zerolog.Nop(), msgs(3, 1))
+	c.process(context.Background(), zerolog.Nop(), msgs(3, 1), time.Now())
 	deleted, vis, _ := f.snapshot()
 	if len(deleted) != 0 || len(vis) != 3 || vis["rh-0"] != 0 {
 		t.Errorf("deleted %v, visibility %v: every message must be released", deleted, vis)
@@ -224,7 +225,7 @@ func TestPanicInTheHandlerIsRetried(t *testing.T) {
 		m["boom"]++ // a nil map write
 		return nil
 	}, Options{RetryDelay: 5 * time.Second}, func(op string, err error) { observed = append(observed, op) })
-	c.process(context.Background(), zerolog.Nop(), msgs(2, 1))
+	c.process(context.Background(), zerolog.Nop(), msgs(2, 1), time.Now())
 	deleted, vis, _ := f.snapshot()
 	if len(deleted) != 0 || vis["rh-0"] != 5 || vis["rh-1"] != 5 || strings.Join(observed, ",") != "handle" {
 		t.Errorf("deleted %v, visibility %v, observed %v", deleted, vis, observed)
@@ -239,7 +240,7 @@ func TestLargeRejectedBodiesAreDeadLettered(t *testing.T) {
 	ms[2].Body = strings.Repeat("z", 150*1024)
 	reject := Disposition{Action: Reject, Reason: "invalid_json", Detail: strings.Repeat("e", 2000)}
 	c := testConsumer(f, answer(reject, reject, reject, reject), Options{})
-	c.process(context.Background(), zerolog.Nop(), ms)
+	c.process(context.Background(), zerolog.Nop(), ms, time.Now())
 	deleted, _, dead := f.snapshot()
 	if len(deleted) != 4 || len(dead) != 4 {
 		t.Fatalf("deleted %d, dead-lettered %d of 4", len(deleted), len(dead))
@@ -375,6 +376,105 @@ func TestBatchStopsGrowingAtItsBytes(t *testing.T) {
 			con.Run(ctx)
 			if n := <-got; n != c.want {
 				t.Errorf("the first batch holds %d messages of %d bytes, want %d", n, c.body, c.want)
+			}
+		})
+	}
+}
+
+// timedSQS is fakeSQS with a latency per call and SQS's visibility
+// deadlines: a receipt handle whose deadline passes before it is renewed or
+// deleted is recorded as expired (SQS could have handed a second copy to
+// another consumer then).
+type timedSQS struct {
+	*fakeSQS
+	latency  time.Duration
+	mu       sync.Mutex
+	deadline map[string]time.Time
+	expired  map[string]time.Duration // receipt handle -> how late
+	n        int
+}
+
+func (f *timedSQS) check(rh string, now time.Time) {
+	if d, ok := f.deadline[rh]; ok && now.After(d) {
+		if late := now.Sub(d); late > f.expired[rh] {
+			f.expired[rh] = late
+		}
+	}
+}
+
+func (f *timedSQS) ReceiveMessage(ctx context.Context, in *sqs.ReceiveMessageInput, _ ...func(*sqs.Options)) (*sqs.ReceiveMessageOutput, error) {
+	time.Sleep(f.latency)
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	now := time.Now()
+	var out []types.Message
+	for range in.MaxNumberOfMessages { // an endless backlog
+		f.n++
+		rh := "rh-" + strconv.Itoa(f.n)
+		f.deadline[rh] = now.Add(time.Duration(in.VisibilityTimeout) * time.Second)
+		out = append(out, types.Message{MessageId: aws.String(strconv.Itoa(f.n)), ReceiptHandle: aws.String(rh), Body: aws.String("{}")})
+	}
+	return &sqs.ReceiveMessageOutput{Messages: out}, nil
+}
+
+func (f *timedSQS) ChangeMessageVisibilityBatch(ctx context.Context, in *sqs.ChangeMessageVisibilityBatchInput, o ...func(*sqs.Options)) (*sqs.ChangeMessageVisibilityBatchOutput, error) {
+	time.Sleep(f.latency)
+	f.mu.Lock()
+	now := time.Now()
+	for _, e := range in.Entries {
+		rh := aws.ToString(e.ReceiptHandle)
+		f.check(rh, now)
+		f.deadline[rh] = now.Add(time.Duration(e.VisibilityTimeout) * time.Second)
+	}
+	f.mu.Unlock()
+	return f.fakeSQS.ChangeMessageVisibilityBatch(ctx, in, o...)
+}
+
+func (f *timedSQS) DeleteMessageBatch(ctx context.Context, in *sqs.DeleteMessageBatchInput, o ...func(*sqs.Options)) (*sqs.DeleteMessageBatchOutput, error) {
+	time.Sleep(f.latency)
+	f.mu.Lock()
+	now := time.Now()
+	for _, e := range in.Entries {
+		f.check(aws.ToString(e.ReceiptHandle), now)
+		delete(f.deadline, aws.ToString(e.ReceiptHandle))
+	}
+	f.mu.Unlock()
+	return f.fakeSQS.DeleteMessageBatch(ctx, in, o...)
+}
+
+// TestBatchStaysInvisibleWhileInHand: with 40 ms per SQS call, a
+// visibility timeout of 3 s and a batch that takes 3 s to apply, no message
+// of a batch of 200 or 500 may become visible again before it is deleted
+// ("a slow push never lets a second copy start"). Before the gathering was
+// bounded by the heartbeat's interval and the renewals ran in parallel, 500
+// failed: 49 follow-up receives took 2 s before the heartbeat started, and
+// a renewal was 50 calls one after the other. The margin with the fix is
+// about 1.8 s of the 3 s.
+func TestBatchStaysInvisibleWhileInHand(t *testing.T) {
+	for _, maxBatch := range []int{200, 500} {
+		t.Run(fmt.Sprintf("MAX_BATCH=%d", maxBatch), func(t *testing.T) {
+			f := &timedSQS{fakeSQS: newFake(), latency: 40 * time.Millisecond,
+				deadline: map[string]time.Time{}, expired: map[string]time.Duration{}}
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			var size int
+			con := testConsumer(f, func(_ context.Context, ms []Message) []Disposition {
+				size = len(ms)
+				time.Sleep(3 * time.Second) // a batch of 500 on Gitea takes 4-5 s
+				cancel()
+				return uniform(len(ms), Disposition{Action: Ack})
+			}, Options{WaitTime: time.Second, MaxMessages: 10, MaxBatch: maxBatch,
+				VisibilityTimeout: 3 * time.Second, ShutdownGrace: 30 * time.Second})
+			con.Run(ctx)
+			f.mu.Lock()
+			defer f.mu.Unlock()
+			var worst time.Duration
+			for _, late := range f.expired {
+				worst = max(worst, late)
+			}
+			if len(f.expired) > 0 {
+				t.Errorf("batch of %d: %d messages were visible again before being renewed or deleted (up to %v late)",
+					size, len(f.expired), worst.Round(time.Millisecond))
 			}
 		})
 	}
