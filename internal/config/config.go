@@ -118,7 +118,7 @@ func Default() Options {
 		ShutdownGrace:      30 * time.Second,
 		QueueStatsEvery:    30 * time.Second,
 		ProbeMaxDelay:      30 * time.Second,
-		RunHistory:         200,
+		RunHistory:         1000,
 		Readiness:          "auto",
 		ReadyTimeout:       10 * time.Minute,
 		FluxNamespace:      "flux-system",
@@ -328,6 +328,12 @@ func (o *Options) ValidateGroups(groups Group) error {
 	}
 	if o.RunHistory < 1 || o.RunHistory > 100000 {
 		errs = append(errs, fmt.Errorf("RUN_HISTORY must be 1 to 100000, not %d", o.RunHistory))
+	} else if o.RunHistory < o.MaxBatch {
+		// A batch's runs finish together: a history smaller than a batch
+		// drops some of them at once, and the readiness that comes back
+		// for them later has nowhere to go.
+		errs = append(errs, fmt.Errorf("RUN_HISTORY (%d) must be at least MAX_BATCH (%d): the runs of one batch finish together, "+
+			"and those pushed out at once lose their readiness on the status page and /api/runs", o.RunHistory, o.MaxBatch))
 	}
 	if o.PushAttempts < 1 {
 		errs = append(errs, fmt.Errorf("PUSH_ATTEMPTS must be at least 1, not %d", o.PushAttempts))

@@ -132,3 +132,22 @@ func TestArtifactInterval(t *testing.T) {
 		}
 	}
 }
+
+// TestRunHistoryHoldsABatch: a history smaller than a batch would drop some
+// of a batch's runs as soon as it finishes; the defaults hold one, and a
+// setting that does not is refused with both numbers.
+func TestRunHistoryHoldsABatch(t *testing.T) {
+	url := map[string]string{"GIT_REPO_URL": "http://127.0.0.1:3000/admin/gitops.git"}
+	if o, err := bind(t, url); err != nil || o.RunHistory < o.MaxBatch {
+		t.Fatalf("defaults: RUN_HISTORY %d, MAX_BATCH %d: %v", o.RunHistory, o.MaxBatch, err)
+	}
+	url["RUN_HISTORY"] = "200"
+	_, err := bind(t, url)
+	if err == nil || !strings.Contains(err.Error(), "RUN_HISTORY (200) must be at least MAX_BATCH (500)") {
+		t.Errorf("RUN_HISTORY 200 with MAX_BATCH 500: %v", err)
+	}
+	url["MAX_BATCH"] = "200"
+	if _, err := bind(t, url); err != nil {
+		t.Errorf("RUN_HISTORY 200 with MAX_BATCH 200: %v", err)
+	}
+}
