@@ -83,6 +83,8 @@ type Repo struct {
 	// or a fetch, plus what commits wrote since (counting every object a
 	// commit writes, even one already held, errs towards compacting early).
 	storedBytes int64
+	// writtenBytes is what commits wrote since Open (WrittenBytes).
+	writtenBytes int64
 }
 
 // Open opens (or creates) the clone and fetches the branch.
@@ -315,8 +317,18 @@ func (r *Repo) Commit(parent plumbing.Hash, files map[string][]byte, msg string)
 	r.track(h, parent, objects)
 	r.mu.Lock()
 	r.storedBytes += objects.bytes
+	r.writtenBytes += objects.bytes
 	r.mu.Unlock()
 	return h, nil
+}
+
+// WrittenBytes counts the bytes of the objects commits have written since
+// Open (an object written again counts again): what a batch holds in the
+// clone until it is pushed.
+func (r *Repo) WrittenBytes() int64 {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.writtenBytes
 }
 
 // pushWalking pushes with go-git's own push, which walks the history to find

@@ -3,6 +3,7 @@ package pipeline
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io/fs"
 	"net/http"
 	"slices"
@@ -410,20 +411,27 @@ func TestPushFailureVoidsLaterDecisions(t *testing.T) {
 	}
 }
 
+// TestFIFOGroupStopsAfterAFailure: a group's failed message holds back its
+// later messages, in the same push and, when the batch passes its bytes
+// (one byte allowed: each job its own push), in the next.
 func TestFIFOGroupStopsAfterAFailure(t *testing.T) {
-	e := setup(t)
-	// Break the branch so that every change fails validation transiently.
-	k := templates.Root + "/tenants/premium/kustomization.yaml"
-	if err := e.srv.WriteFile("gitops.git", "main", k, "resources:\n  - dummy-configmap.yaml\n  - ghost.yaml\n", "oops"); err != nil {
-		t.Fatal(err)
-	}
-	res := e.p.Apply(context.Background(), []Job{
-		{Request: onboard(t, "c1", "premium"), Group: "g"},
-		{Request: onboard(t, "c2", "basic"), Group: "g"},
-		{Request: decode(t, message.Deployment, `{"tenant_tier":"basic","release_version":"1.0"}`), Group: "h"}, // pooled-envs only
-	})
-	if res[0].Err == nil || !errors.Is(res[1].Err, ErrSkipped) || !res[2].Applied {
-		t.Fatalf("results: %+v", res)
+	for _, bytes := range []int64{0, 1} {
+		t.Run(fmt.Sprintf("BatchBytes=%d", bytes), func(t *testing.T) {
+			e := withBatchBytes(setup(t), bytes)
+			// Break the branch so that every change fails validation transiently.
+			k := templates.Root + "/tenants/premium/kustomization.yaml"
+			if err := e.srv.WriteFile("gitops.git", "main", k, "resources:\n  - dummy-configmap.yaml\n  - ghost.yaml\n", "oops"); err != nil {
+				t.Fatal(err)
+			}
+			res := e.p.Apply(context.Background(), []Job{
+				{Request: onboard(t, "c1", "premium"), Group: "g"},
+				{Request: onboard(t, "c2", "basic"), Group: "g"},
+				{Request: decode(t, message.Deployment, `{"tenant_tier":"basic","release_version":"1.0"}`), Group: "h"}, // pooled-envs only
+			})
+			if res[0].Err == nil || !errors.Is(res[1].Err, ErrSkipped) || !res[2].Applied {
+				t.Fatalf("results: %+v", res)
+			}
+		})
 	}
 }
 
@@ -716,5 +724,46 @@ func TestReadSinceGivesTheCommitsAfter(t *testing.T) {
 	}
 	if chain, complete := read(head, 10); !complete || len(chain) != 1 {
 		t.Errorf("since the head: %d commits, complete %v; want the head alone, complete", len(chain), complete)
+	}
+}
+
+// withBatchBytes is e with a pipeline on the same clone whose batches stop
+// at n bytes written (0: the default).
+func withBatchBytes(e env, n int64) env {
+	e.p = New(e.p.repo, Options{Layout: gitops.Layout{Root: templates.Root}, Observer: e.obs, BatchBytes: n})
+	return e
+}
+
+// TestABatchPastItsBytesIsPushedInParts: a batch whose commits pass
+// BatchBytes is pushed as far as it got, and the rest follows in the next
+// push of the same call, with the results a single push gives (the jobs
+// of TestBatchOneCommitEachOnePush, one byte allowed: each job its own push).
+func TestABatchPastItsBytesIsPushedInParts(t *testing.T) {
+	e := withBatchBytes(setup(t), 1)
+	before := strings.TrimSpace(mustOut(t, e, "rev-parse", "main"))
+	sent := time.Now()
+	res := e.p.Apply(context.Background(), []Job{
+		{Request: onboard(t, "a1", "basic"), MessageID: "m1", Queue: "q", SentAt: sent},
+		{Request: onboard(t, "a1", "premium"), MessageID: "m2", Queue: "q", SentAt: sent.Add(time.Millisecond)}, // held: a1 is in basic
+		{Request: onboard(t, "a2", "basic"), MessageID: "m3", Queue: "q", SentAt: sent.Add(2 * time.Millisecond)},
+		{Request: onboard(t, "a2", "basic"), MessageID: "m4", Queue: "q", SentAt: sent.Add(3 * time.Millisecond)}, // in place after m3
+	})
+	if !res[0].Applied || !res[1].Held || !res[2].Applied || !res[3].Recorded || res[3].Err != nil {
+		t.Fatalf("results: %+v", res)
+	}
+	format := "--format=%s|%(trailers:key=Tenant-Worker-Message-Id,valueonly,separator=)"
+	if log := mustOut(t, e, "log", format, before+"..main"); log != "Adding new tenant a2 in tier basic|m3\nAdding new tenant a1 in tier basic|m1\n" {
+		t.Fatalf("history of main:\n%s", log)
+	}
+	if got := e.obs.pushed(PushSuccess); got != 4 {
+		t.Fatalf("%v pushes, want 4 (one per job)", got)
+	}
+	if n := strings.TrimSpace(mustOut(t, e, "rev-list", "--count", "tenant-worker/ledger")); n != "4" {
+		t.Fatalf("%s ledger commits, want 4", n)
+	}
+	for _, r := range res {
+		if r.Steps == nil {
+			t.Fatalf("a result without the batch's step times: %+v", r)
+		}
 	}
 }
