@@ -322,9 +322,11 @@ func (p *Pipeline) apply(ctx context.Context, jobs []Job, dryRun bool) []Result 
 
 	// Jobs past the batch's byte bound make the next push. A group whose
 	// message failed holds back its later messages across that cut too.
+	// A part whose push failed, or a shutdown whose grace ran out, ends the
+	// batch: the jobs not started fail with it, for SQS to redeliver.
 	failed := map[string]bool{}
 	for from := 0; from < len(jobs); {
-		part := p.applyPart(ctx, jobs[from:], dryRun, failed, steps)
+		part, pushErr := p.applyPart(ctx, jobs[from:], dryRun, failed, steps)
 		for i, r := range part {
 			if g := jobs[from+i].Group; g != "" && r.Err != nil {
 				if _, rejected := reject.As(r.Err); !rejected {
@@ -334,14 +336,25 @@ func (p *Pipeline) apply(ctx context.Context, jobs []Job, dryRun bool) []Result 
 		}
 		copy(results[from:], part)
 		from += len(part)
+		stop := pushErr
+		if cause := context.Cause(ctx); stop == nil && cause != nil {
+			stop = fmt.Errorf("not started: %w", cause)
+		}
+		for i := from; stop != nil && i < len(jobs); i++ {
+			results[i] = Result{Err: stop}
+		}
+		if stop != nil {
+			break
+		}
 	}
 	return withSteps(results)
 }
 
 // applyPart applies jobs, or as many of them as fit BatchBytes (at least
-// one), with the repository lock held, and returns their results. failed
-// holds the groups whose earlier message failed.
-func (p *Pipeline) applyPart(ctx context.Context, jobs []Job, dryRun bool, failed map[string]bool, steps map[string]time.Duration) []Result {
+// one), with the repository lock held, and returns their results and the
+// error of their push, if it failed. failed holds the groups whose earlier
+// message failed.
+func (p *Pipeline) applyPart(ctx context.Context, jobs []Job, dryRun bool, failed map[string]bool, steps map[string]time.Duration) ([]Result, error) {
 	log := zerolog.Ctx(ctx)
 	plans := map[int]planned{} // kept across attempts
 	// What the attempts read of the branch, so that a lost race to a
@@ -379,6 +392,15 @@ func (p *Pipeline) applyPart(ctx context.Context, jobs []Job, dryRun bool, faile
 		}
 		ev.Msg("batch attempt done")
 		switch {
+		case next == fetchFirst && context.Cause(ctx) != nil:
+			// Nothing to confirm the decisions on: the shutdown's grace ran
+			// out. Every job goes back to SQS.
+			err := fmt.Errorf("not started: %w", context.Cause(ctx))
+			results := make([]Result, len(jobs))
+			for i := range results {
+				results[i] = Result{Err: err, Attempts: attempt}
+			}
+			return results, nil
 		case next == fetchFirst:
 			// A no-op, a duplicate or a refusal decided on a head that may
 			// be stale is not trusted: decide again on a fetched head.
@@ -391,7 +413,7 @@ func (p *Pipeline) applyPart(ctx context.Context, jobs []Job, dryRun bool, faile
 		case next == lostRace && attempt < p.opts.MaxAttempts:
 			lost = b
 		default:
-			return b.finish(err, attempt)
+			return b.finish(err, attempt), err
 		}
 		// A lost race: fetch, re-apply, push again, after a short random
 		// pause: enough to break the lockstep of replicas racing each
@@ -404,7 +426,7 @@ func (p *Pipeline) applyPart(ctx context.Context, jobs []Job, dryRun bool, faile
 			for i := range results {
 				results[i] = Result{Err: err, Attempts: attempt}
 			}
-			return results
+			return results, err
 		}
 		attempt++
 		how = mode{}
@@ -497,10 +519,8 @@ func (b *batch) run(ctx context.Context) (again, error) {
 		}
 		return "", nil // every job failed alike; nothing to push
 	}
-	failedGroups := maps.Clone(b.failed)
-	if failedGroups == nil {
-		failedGroups = map[string]bool{}
-	}
+	failedGroups := map[string]bool{}
+	maps.Copy(failedGroups, b.failed)
 	written := b.p.repo.WrittenBytes()
 	for i, job := range b.jobs {
 		if job.Group != "" && failedGroups[job.Group] {
@@ -515,9 +535,10 @@ func (b *batch) run(ctx context.Context) (again, error) {
 				failedGroups[job.Group] = true
 			}
 		}
-		if i+1 < len(b.jobs) && b.p.repo.WrittenBytes()-written > b.p.opts.BatchBytes {
+		if !b.dryRun && i+1 < len(b.jobs) && b.p.repo.WrittenBytes()-written > b.p.opts.BatchBytes {
 			// What the clone holds until the push is bounded: push this
-			// much, and the rest goes next.
+			// much, and the rest goes next (a dry run pushes nothing, and
+			// its later jobs must see its earlier ones).
 			b.jobs, b.results, b.pending = b.jobs[:i+1], b.results[:i+1], b.pending[:i+1]
 			break
 		}
