@@ -301,11 +301,7 @@ func (p *Pipeline) apply(ctx context.Context, jobs []Job, dryRun bool) []Result 
 	select {
 	case p.lock <- struct{}{}:
 	case <-ctx.Done():
-		err := fmt.Errorf("wait for the repository lock: %w", context.Cause(ctx))
-		for i := range results {
-			results[i].Err = err
-		}
-		return results
+		return failAll(len(jobs), fmt.Errorf("wait for the repository lock: %w", context.Cause(ctx)), 0)
 	}
 	// The lock is a buffered channel released by this defer: it cannot leak
 	// past the call, whatever happens inside.
@@ -328,10 +324,8 @@ func (p *Pipeline) apply(ctx context.Context, jobs []Job, dryRun bool) []Result 
 	for from := 0; from < len(jobs); {
 		part, pushErr := p.applyPart(ctx, jobs[from:], dryRun, failed, steps)
 		for i, r := range part {
-			if g := jobs[from+i].Group; g != "" && r.Err != nil {
-				if _, rejected := reject.As(r.Err); !rejected {
-					failed[g] = true
-				}
+			if holdsBack(jobs[from+i], r.Err) {
+				failed[jobs[from+i].Group] = true
 			}
 		}
 		copy(results[from:], part)
@@ -340,10 +334,8 @@ func (p *Pipeline) apply(ctx context.Context, jobs []Job, dryRun bool) []Result 
 		if cause := context.Cause(ctx); stop == nil && cause != nil {
 			stop = fmt.Errorf("not started: %w", cause)
 		}
-		for i := from; stop != nil && i < len(jobs); i++ {
-			results[i] = Result{Err: stop}
-		}
 		if stop != nil {
+			copy(results[from:], failAll(len(jobs)-from, stop, 0))
 			break
 		}
 	}
@@ -395,12 +387,7 @@ func (p *Pipeline) applyPart(ctx context.Context, jobs []Job, dryRun bool, faile
 		case next == fetchFirst && context.Cause(ctx) != nil:
 			// Nothing to confirm the decisions on: the shutdown's grace ran
 			// out. Every job goes back to SQS.
-			err := fmt.Errorf("not started: %w", context.Cause(ctx))
-			results := make([]Result, len(jobs))
-			for i := range results {
-				results[i] = Result{Err: err, Attempts: attempt}
-			}
-			return results, nil
+			return failAll(len(jobs), fmt.Errorf("not started: %w", context.Cause(ctx)), attempt), nil
 		case next == fetchFirst:
 			// A no-op, a duplicate or a refusal decided on a head that may
 			// be stale is not trusted: decide again on a fetched head.
@@ -422,15 +409,32 @@ func (p *Pipeline) applyPart(ctx context.Context, jobs []Job, dryRun bool, faile
 		log.Info().Err(err).Int("attempt", attempt).Dur("retry_in", delay).Msg("push lost a race; re-applying on the new head")
 		if err := wait.Sleep(ctx, delay); err != nil {
 			err = fmt.Errorf("interrupted while waiting to retry: %w", err)
-			results := make([]Result, len(jobs))
-			for i := range results {
-				results[i] = Result{Err: err, Attempts: attempt}
-			}
-			return results, err
+			return failAll(len(jobs), err, attempt), err
 		}
 		attempt++
 		how = mode{}
 	}
+}
+
+// failAll is n results that all failed with err.
+func failAll(n int, err error, attempts int) []Result {
+	rs := make([]Result, n)
+	for i := range rs {
+		rs[i] = Result{Err: err, Attempts: attempts}
+	}
+	return rs
+}
+
+// holdsBack tells whether job's failure err holds back the later messages
+// of its FIFO group. A rejected message is settled for good; only a
+// transient failure, which will be redelivered, must keep the rest of its
+// group waiting, in this push and in the next parts of the batch.
+func holdsBack(job Job, err error) bool {
+	if err == nil || job.Group == "" {
+		return false
+	}
+	_, rejected := reject.As(err)
+	return !rejected
 }
 
 // again is why a batch goes again, and how; the empty value: it is done.
@@ -528,12 +532,8 @@ func (b *batch) run(ctx context.Context) (again, error) {
 			continue
 		}
 		b.applyJob(ctx, i)
-		// A rejected message is settled for good; only a transient failure,
-		// which will be redelivered, must hold back the rest of its group.
-		if err := b.results[i].Err; err != nil && job.Group != "" {
-			if _, rejected := reject.As(err); !rejected {
-				failedGroups[job.Group] = true
-			}
+		if holdsBack(job, b.results[i].Err) {
+			failedGroups[job.Group] = true
 		}
 		if !b.dryRun && i+1 < len(b.jobs) && b.p.repo.WrittenBytes()-written > b.p.opts.BatchBytes {
 			// What the clone holds until the push is bounded: push this
