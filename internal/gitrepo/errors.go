@@ -41,13 +41,28 @@ func IsConflict(err error) bool { return errors.Is(err, ErrConflict) }
 func IsAuth(err error) bool { return errors.Is(err, ErrAuth) }
 
 // classify is the package's classify, telling the credentials when the
-// server refused them.
-func (r *Repo) classify(op string, err error) error {
+// server refused them. ctx is the call's: when it was cancelled, the error
+// is the cancellation (with its cause), not the server's. net/http reports
+// a cancellation by its cause, which would otherwise read as a server that
+// could not be reached, and pause the worker over its own shutdown.
+func (r *Repo) classify(ctx context.Context, op string, err error) error {
+	if err != nil && errors.Is(ctx.Err(), context.Canceled) {
+		return fmt.Errorf("%s: %w", op, cancelled(ctx))
+	}
 	err = classify(op, err)
 	if IsAuth(err) {
 		r.auth.Refused()
 	}
 	return err
+}
+
+// cancelled is ctx's cancellation as an error that is context.Canceled and
+// says its cause, when it has one of its own.
+func cancelled(ctx context.Context) error {
+	if cause := context.Cause(ctx); cause != nil && !errors.Is(cause, context.Canceled) {
+		return fmt.Errorf("%w: %w", context.Canceled, cause)
+	}
+	return context.Canceled
 }
 
 // classify maps go-git's errors to the sentinels for credentials and

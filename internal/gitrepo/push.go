@@ -131,7 +131,7 @@ func (r *Repo) PushRefs(ctx context.Context, main, ledger Move) error {
 		}
 	}
 	if err != nil && !errors.Is(err, ErrNoAtomic) {
-		err = r.decide(ctx, main, ledger, r.classify("push "+r.url(), err))
+		err = r.decide(ctx, main, ledger, r.classify(ctx, "push "+r.url(), err))
 	}
 	if err != nil {
 		if !IsConflict(err) {
@@ -273,7 +273,7 @@ func (r *Repo) remoteHeads(ctx context.Context) (main, ledger plumbing.Hash, err
 	}
 	refs, err := remote.ListContext(ctx, &git.ListOptions{Auth: auth})
 	if err != nil {
-		return main, ledger, r.classify("list "+r.url(), err)
+		return main, ledger, r.classify(ctx, "list "+r.url(), err)
 	}
 	for _, ref := range refs {
 		switch ref.Name() {
@@ -301,12 +301,12 @@ func (r *Repo) CanPush(ctx context.Context) error {
 	}
 	sess, err := r.receivePackSession(auth)
 	if err != nil {
-		return r.classify("push "+r.url(), err)
+		return r.classify(ctx, "push "+r.url(), err)
 	}
 	defer sess.Close()
 	ar, err := sess.AdvertisedReferencesContext(ctx)
 	if err != nil {
-		return r.classify("push "+r.url(), err)
+		return r.classify(ctx, "push "+r.url(), err)
 	}
 	r.mu.Lock()
 	r.receiveCaps = ar.Capabilities

@@ -42,7 +42,7 @@ func (r *Repo) Recent(ctx context.Context, since time.Time, depth int) ([]Recent
 		SingleBranch: true, Depth: depth + 1, Tags: git.NoTags, NoCheckout: true,
 	})
 	if err != nil {
-		return nil, r.classify("read the history of "+r.url(), err)
+		return nil, r.classify(ctx, "read the history of "+r.url(), err)
 	}
 	ref, err := repo.Head()
 	if err != nil {

@@ -223,7 +223,7 @@ func (r *Repo) fetch(ctx context.Context, mayCompact bool) (plumbing.Hash, error
 		if strings.Contains(err.Error(), "couldn't find remote ref") {
 			return plumbing.ZeroHash, fmt.Errorf("fetch %s: branch %q does not exist", r.url(), r.opts.Branch)
 		}
-		return plumbing.ZeroHash, r.classify("fetch "+r.url(), err)
+		return plumbing.ZeroHash, r.classify(ctx, "fetch "+r.url(), err)
 	}
 	ref, err := r.repo.Reference(r.trackingRef(), true)
 	if err != nil {

@@ -2,6 +2,9 @@ package gitrepo
 
 import (
 	"context"
+	"errors"
+	"fmt"
+	"io"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -218,5 +221,60 @@ func TestCompaction(t *testing.T) {
 		if out, err := srv.Output("gitops.git", "fsck", "--strict"); err != nil {
 			t.Fatalf("fsck: %v %s", err, out)
 		}
+	}
+}
+
+// TestCancelledCallIsNotTheServers: the caller's context is cancelled with
+// a cause (a shutdown whose grace ran out) while the server holds the
+// request. The fetch's and the push's errors are that cancellation, with
+// its cause, never "git server unavailable", which would pause the worker.
+func TestCancelledCallIsNotTheServers(t *testing.T) {
+	srv, url := startServer(t)
+	r, err := open(t, url, t.TempDir(), token)
+	if err != nil {
+		t.Fatal(err)
+	}
+	parent := r.Head()
+	c, err := r.Commit(parent, map[string][]byte{"a/new.yaml": []byte("new\n")}, "change")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cause := errors.New("shutdown grace period over")
+	for _, tc := range []struct {
+		name, service string
+		call          func(context.Context) error
+	}{
+		{"fetch", "git-upload-pack", func(ctx context.Context) error { _, err := r.Fetch(ctx); return err }},
+		{"push", "git-receive-pack", func(ctx context.Context) error { return r.Push(ctx, parent, c) }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx, cancel := context.WithCancelCause(context.Background())
+			defer cancel(nil)
+			var held atomic.Int32
+			srv.SetHook(func(w http.ResponseWriter, req *http.Request) bool {
+				if req.URL.Query().Get("service") != tc.service && !strings.HasSuffix(req.URL.Path, "/"+tc.service) {
+					return true
+				}
+				// The call is in flight: the grace runs out, and the
+				// server holds the request until the client goes away
+				// (which it sees once the body is read).
+				held.Add(1)
+				cancel(cause)
+				_, _ = io.Copy(io.Discard, req.Body)
+				<-req.Context().Done()
+				return false
+			})
+			defer srv.SetHook(nil)
+			err := tc.call(ctx)
+			if held.Load() == 0 {
+				t.Fatal("the server never held a request: the fault did not happen")
+			}
+			if !errors.Is(err, context.Canceled) || !strings.Contains(fmt.Sprint(err), cause.Error()) {
+				t.Errorf("error %v: want context.Canceled with its cause", err)
+			}
+			if IsUnavailable(err) || IsAuth(err) || IsConflict(err) {
+				t.Errorf("error %v is classed as the server's", err)
+			}
+		})
 	}
 }

@@ -154,3 +154,43 @@ func TestRebaseInALaterPart(t *testing.T) {
 		t.Fatalf("w2's result %s is not on main:\n%s", res[1].Commit, log)
 	}
 }
+
+// cancelOnStep cancels a context when a step starts.
+type cancelOnStep struct {
+	*recorder
+	step   Step
+	cancel context.CancelCauseFunc
+}
+
+func (c cancelOnStep) StepStarted(jobs []Job, s Step) {
+	c.recorder.StepStarted(jobs, s)
+	if s == c.step {
+		c.cancel(errors.New("shutdown grace period over"))
+	}
+}
+
+// TestCancelBeforeConfirmingIsNotTheServers: a no-op decided on the head as
+// last seen must be confirmed on a fetched head, and the grace runs out
+// before that fetch. The job fails with the cancellation and its cause, for
+// SQS to redeliver; it is not "git server unavailable", which would pause
+// the worker over its own shutdown.
+func TestCancelBeforeConfirmingIsNotTheServers(t *testing.T) {
+	e := setup(t)
+	if res := e.p.Apply(context.Background(), []Job{{Request: onboard(t, "c1", "basic")}}); !res[0].Applied {
+		t.Fatalf("setup: %+v", res[0])
+	}
+	ctx, cancel := context.WithCancelCause(context.Background())
+	defer cancel(nil)
+	p := New(e.p.repo, Options{Layout: gitops.Layout{Root: templates.Root}, Observer: cancelOnStep{e.obs, StepRender, cancel}})
+	res := p.Apply(ctx, []Job{{Request: onboard(t, "c1", "basic")}})
+	if context.Cause(ctx) == nil {
+		t.Fatal("the render step never started: the fault did not happen")
+	}
+	err := res[0].Err
+	if !errors.Is(err, context.Canceled) || !strings.Contains(fmt.Sprint(err), "grace") {
+		t.Errorf("job: %+v, want the cancellation with its cause", res[0])
+	}
+	if gitrepo.IsUnavailable(err) {
+		t.Errorf("job: %v is classed as the server's", err)
+	}
+}

@@ -384,10 +384,6 @@ func (p *Pipeline) applyPart(ctx context.Context, jobs []Job, dryRun bool, faile
 		}
 		ev.Msg("batch attempt done")
 		switch {
-		case next == fetchFirst && context.Cause(ctx) != nil:
-			// Nothing to confirm the decisions on: the shutdown's grace ran
-			// out. Every job goes back to SQS.
-			return failAll(len(jobs), fmt.Errorf("not started: %w", context.Cause(ctx)), attempt), nil
 		case next == fetchFirst:
 			// A no-op, a duplicate or a refusal decided on a head that may
 			// be stale is not trusted: decide again on a fetched head.
