@@ -418,21 +418,45 @@ func (h *harness) queueCount(url string) int {
 func (h *harness) deadLetters(url string, want int) map[string]types.Message {
 	h.t.Helper()
 	got := map[string]types.Message{}
-	h.waitFor(fmt.Sprintf("%d dead letters", want), 20*time.Second, func() bool {
+	copies := map[string]int{}
+	deadline := time.Now().Add(30 * time.Second)
+	for len(got) < want {
+		if time.Now().After(deadline) {
+			h.t.Fatalf("timed out after 30s waiting for %d dead letters: %s\nworker log:\n%s",
+				want, h.dlqReport(url, copies), tail(h.logs.String(), 4000))
+		}
+		// A message handed to a receive whose answer never arrives is
+		// invisible for the receive's visibility timeout: keep that short,
+		// so such a loss on the test's side delays the read, not fails it.
 		out, err := h.api.ReceiveMessage(context.Background(), &sqs.ReceiveMessageInput{
-			QueueUrl: aws.String(url), MaxNumberOfMessages: 10, WaitTimeSeconds: 1,
+			QueueUrl: aws.String(url), MaxNumberOfMessages: 10, WaitTimeSeconds: 1, VisibilityTimeout: 2,
 			MessageAttributeNames: []string{"All"},
 		})
 		if err != nil {
 			h.t.Fatal(err)
 		}
 		for _, m := range out.Messages {
-			got[aws.ToString(m.MessageAttributes["source_message_id"].StringValue)] = m
+			id := aws.ToString(m.MessageAttributes["source_message_id"].StringValue)
+			got[id] = m
+			copies[id]++
 			_, _ = h.api.DeleteMessage(context.Background(), &sqs.DeleteMessageInput{QueueUrl: aws.String(url), ReceiptHandle: m.ReceiptHandle})
 		}
-		return len(got) >= want
-	})
+	}
 	return got
+}
+
+// dlqReport says what a read of a dead-letter queue found (copies per
+// source message id) and what the queue holds now.
+func (h *harness) dlqReport(url string, copies map[string]int) string {
+	a, err := h.api.GetQueueAttributes(context.Background(), &sqs.GetQueueAttributesInput{
+		QueueUrl: aws.String(url), AttributeNames: []types.QueueAttributeName{types.QueueAttributeNameAll},
+	})
+	now := fmt.Sprint(err)
+	if err == nil {
+		now = fmt.Sprintf("visible %s, in flight %s, delayed %s", a.Attributes["ApproximateNumberOfMessages"],
+			a.Attributes["ApproximateNumberOfMessagesNotVisible"], a.Attributes["ApproximateNumberOfMessagesDelayed"])
+	}
+	return fmt.Sprintf("read %d distinct source ids (copies: %v); the queue now: %s", len(copies), copies, now)
 }
 
 // drainDLQ reads everything in a dead-letter queue: source message id to
