@@ -6,8 +6,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"net/http"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -192,5 +194,61 @@ func TestCancelBeforeConfirmingIsNotTheServers(t *testing.T) {
 	}
 	if gitrepo.IsUnavailable(err) {
 		t.Errorf("job: %v is classed as the server's", err)
+	}
+}
+
+// stepsByMessage records each message's last step, and the steps the
+// messages of later parts were in when a part was pushed.
+type stepsByMessage struct {
+	*recorder
+	mu     sync.Mutex
+	last   map[string]Step
+	atPush []map[string]Step
+}
+
+func (s *stepsByMessage) StepStarted(jobs []Job, step Step) {
+	s.recorder.StepStarted(jobs, step)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, j := range jobs {
+		s.last[j.MessageID] = step
+	}
+}
+
+func (s *stepsByMessage) Pushed(p PushResult) {
+	s.recorder.Pushed(p)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.atPush = append(s.atPush, maps.Clone(s.last))
+}
+
+// TestLaterPartsWaitOnTheStatusPage: while a part is pushed, the jobs of
+// the later parts are shown waiting, not in a step they have not reached.
+func TestLaterPartsWaitOnTheStatusPage(t *testing.T) {
+	e := setup(t)
+	obs := &stepsByMessage{recorder: e.obs, last: map[string]Step{}}
+	p := New(e.p.repo, Options{Layout: gitops.Layout{Root: templates.Root}, BatchBytes: 1, Observer: obs})
+	res := p.Apply(context.Background(), []Job{
+		{Request: onboard(t, "w1", "basic"), MessageID: "m1"},
+		{Request: onboard(t, "w2", "basic"), MessageID: "m2"},
+		{Request: onboard(t, "w3", "basic"), MessageID: "m3"},
+	})
+	for i, r := range res {
+		if !r.Applied {
+			t.Fatalf("job %d: %+v", i, r)
+		}
+	}
+	if len(obs.atPush) != 3 {
+		t.Fatalf("%d pushes, want 3 parts", len(obs.atPush))
+	}
+	for part, steps := range obs.atPush {
+		if steps[fmt.Sprintf("m%d", part+1)] != StepPush {
+			t.Errorf("part %d pushed while its job is in %q", part+1, steps[fmt.Sprintf("m%d", part+1)])
+		}
+		for later := part + 2; later <= 3; later++ {
+			if got := steps[fmt.Sprintf("m%d", later)]; got != StepLock {
+				t.Errorf("part %d pushed while m%d (a later part) is shown in %q, want %q", part+1, later, got, StepLock)
+			}
+		}
 	}
 }

@@ -534,7 +534,9 @@ func (b *batch) run(ctx context.Context) (again, error) {
 		if !b.dryRun && i+1 < len(b.jobs) && b.p.repo.WrittenBytes()-written > b.p.opts.BatchBytes {
 			// What the clone holds until the push is bounded: push this
 			// much, and the rest goes next (a dry run pushes nothing, and
-			// its later jobs must see its earlier ones).
+			// its later jobs must see its earlier ones). The rest wait
+			// again, as they did for the lock, until the next part starts.
+			b.p.observe.StepStarted(b.jobs[i+1:], StepLock)
 			b.jobs, b.results, b.pending = b.jobs[:i+1], b.results[:i+1], b.pending[:i+1]
 			break
 		}
