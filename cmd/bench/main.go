@@ -44,6 +44,7 @@ func run() int {
 	ledgerBacklogDeploy := flag.Bool("ledger-backlog-deployments", false, "make the backlog per-tenant deployments of the seeded tenants (the tree changes, the repository does not grow) instead of onboardings")
 	ledgerShards := flag.Int("ledger-shards", 0, "lay the backlog's repository out in this many shard folders per tier (tenant-worker layout migrate); 0 is the platform's layout")
 	ledgerNoServerGC := flag.Bool("ledger-no-server-gc", false, "turn git's automatic housekeeping off on the backlog's server repository (receive.autogc false)")
+	ledgerNoPeer := flag.Bool("ledger-no-peer", false, "skip the git CLI's replay of the backlog's pushes to a fresh repository (what the server alone slows down by)")
 	ledgerGiteaLastCommit := flag.Bool("ledger-gitea-last-commit-cache", true, "leave Gitea's last-commit cache on (its default), which walks a branch's history on every push once it has 1,000 commits; false sets [cache.last_commit] COMMITS_COUNT out of reach")
 	ledgerGiteaLanguageStats := flag.Bool("ledger-gitea-language-stats", true, "leave Gitea's language statistics on (its default), which list the default branch's whole tree after every push that moves it; false gives their queue the dummy type")
 	ledgerRevisions := flag.Int("ledger-revisions", 1000, "messages, half of them no-ops, whose new main revisions are counted, per server; 0 skips it")
@@ -79,7 +80,7 @@ func run() int {
 		fmt.Fprintln(os.Stderr, "bench:", err)
 		return 2
 	}
-	ledgerOpts := bench.LedgerOptions{Tenants: *ledgerTenants, Onboard: *ledgerOnboard, Backlog: *ledgerBacklog, BacklogDeployments: *ledgerBacklogDeploy, Shards: *ledgerShards, NoServerGC: *ledgerNoServerGC,
+	ledgerOpts := bench.LedgerOptions{Tenants: *ledgerTenants, Onboard: *ledgerOnboard, Backlog: *ledgerBacklog, BacklogDeployments: *ledgerBacklogDeploy, Shards: *ledgerShards, NoServerGC: *ledgerNoServerGC, NoPeer: *ledgerNoPeer,
 		Revisions: *ledgerRevisions, Gitea: *onGitea, NoLastCommitCache: !*ledgerGiteaLastCommit, NoLanguageStats: !*ledgerGiteaLanguageStats, Binary: *binary}
 	if ledgerOpts.IDs, err = parseSizes(*ledgerIDs); err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)

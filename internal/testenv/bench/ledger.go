@@ -57,6 +57,9 @@ type LedgerOptions struct {
 	// server repository (receive.autogc false): receive-pack no longer
 	// runs `git gc --auto`, whose repacks grow with the repository.
 	NoServerGC bool
+	// NoPeer skips the git command line's replay of the backlog's pushes
+	// (PeerReplay).
+	NoPeer bool
 	// Revisions is the messages sent to count main's new revisions, half of
 	// them no-ops.
 	Revisions int
@@ -135,6 +138,9 @@ type LedgerBacklog struct {
 	// NoLanguageStats: Gitea ran without its language statistics
 	// (noLanguageStats).
 	NoLanguageStats bool `json:"gitea_language_stats_off,omitempty"`
+	// Peer is the git command line pushing the worker's history again
+	// (nil when LedgerOptions.NoPeer).
+	Peer *PeerReplay `json:"git_cli_replay,omitempty"`
 }
 
 // LedgerRevisions is the new revisions of main and of the ledger branch
@@ -171,13 +177,15 @@ type LedgerResult struct {
 
 // ledgerHost is a git server the ledger is measured on.
 type ledgerHost struct {
-	name  string
-	srv   repoCreator
-	repo  func(kind string) string // a repository's name on the server
-	url   func(name string) string // its URL for the worker and gitrepo
-	path  func(name string) string // its bare repository on disk
-	token string
-	env   []string // the worker's credentials
+	name string
+	srv  repoCreator
+	repo func(kind string) string // a repository's name on the server
+	url  func(name string) string // its URL for the worker and gitrepo
+	path func(name string) string // its bare repository on disk
+	// pushURL is its URL for the git command line, credentials in it.
+	pushURL func(name string) string
+	token   string
+	env     []string // the worker's credentials
 }
 
 func (h ledgerHost) start(o LedgerOptions, name string, queues []string) (*worker, error) {
@@ -238,7 +246,7 @@ func RunLedger(ctx context.Context, o LedgerOptions, progress io.Writer) (*Ledge
 		return res, err
 	}
 	err = measure(ledgerHost{name: "http-backend", srv: srv, repo: func(k string) string { return k + ".git" },
-		url: srv.RepoURL, path: srv.RepoPath}, !o.Gitea)
+		url: srv.RepoURL, path: srv.RepoPath, pushURL: srv.RepoURL}, !o.Gitea)
 	_ = srv.Close()
 	if err != nil || !o.Gitea {
 		return res, err
@@ -260,7 +268,7 @@ func RunLedger(ctx context.Context, o LedgerOptions, progress io.Writer) (*Ledge
 	}
 	defer g.Close()
 	err = measure(ledgerHost{name: "gitea", srv: g, repo: func(k string) string { return k },
-		url: g.DirectURL, path: g.RepoPath, token: g.Token,
+		url: g.DirectURL, path: g.RepoPath, pushURL: g.CredentialURL, token: g.Token,
 		env: []string{"GIT_USERNAME=" + gitea.Owner, "GIT_TOKEN=" + g.Token}}, true)
 	return res, err
 }
@@ -571,11 +579,20 @@ func ledgerBacklog(ctx context.Context, o LedgerOptions, api *sqs.Client, h ledg
 	if err := sendAll(ctx, api, queue, bodies); err != nil {
 		return b, err
 	}
+	seed, err := gitserver.OutputIn(h.path(name), "rev-parse", "main")
+	if err != nil {
+		return b, err
+	}
 	w, err := h.start(o, name, queues)
 	if err != nil {
 		return b, err
 	}
-	defer w.stop()
+	stopped := false
+	defer func() {
+		if !stopped {
+			w.stop()
+		}
+	}()
 	deadline := time.Now().Add(10*time.Minute + time.Duration(n)*30*time.Millisecond)
 	last, moved := -1, time.Now()
 	for w.count(logApplied) < n {
@@ -612,6 +629,13 @@ func ledgerBacklog(ctx context.Context, o LedgerOptions, api *sqs.Client, h ledg
 		b.LastOverFirst = b.LastPerSecond / b.FirstPerSecond
 	} else {
 		fmt.Fprintf(progress, "bench (ledger, %s): a window of %d is less than a batch (MAX_BATCH %d): no first and last rates\n", h.name, k, maxBatch())
+	}
+	if !o.NoPeer && !o.BacklogDeployments && b.FirstPerSecond > 0 {
+		w.stop() // nothing of the worker runs beside the replay
+		stopped = true
+		if b.Peer, err = replayPushes(h, name, strings.TrimSpace(seed), maxBatch(), b.Window, progress); err != nil {
+			return b, fmt.Errorf("the git CLI's replay: %w", err)
+		}
 	}
 	return b, nil
 }
@@ -677,6 +701,13 @@ func LedgerTable(r *LedgerResult) string {
 		}
 		fmt.Fprintf(&b, "| %s, %s | %d | %d %s | %.1f | %.0f | %s | %s | %s | %s | %s | %d | %.0f |\n", l.Server, layout, l.Tenants, l.Messages, l.Kind,
 			l.Seconds, l.PerSecond, yes(l.PerSecond >= 100), first, last, ratio, ok, l.Redelivered, l.PeakRSSMB)
+	}
+	if l := r.Backlog; l != nil && l.Peer != nil {
+		p := l.Peer
+		fmt.Fprintf(&b, "| the git CLI pushing the worker's commits again, %d pushes, no worker running | %d | %d | %.1f | %.0f | %s | %.0f | %.0f | %.2f | %s | - | - |\n",
+			p.Pushes, l.Tenants, l.Messages, p.Seconds, p.PerSecond, yes(p.PerSecond >= 100), p.FirstPerSecond, p.LastPerSecond, p.LastOverFirst, yes(p.LastOverFirst >= 1))
+		fmt.Fprintf(&b, "\nthe git CLI's replay, per push, first window / last: %.0f / %.0f ms, of which git's client writing the pack %.0f / %.0f ms (timed apart)\n",
+			p.PushFirstMS, p.PushLastMS, p.PackFirstMS, p.PackLastMS)
 	}
 	if l := r.Backlog; l != nil && l.ServerObjects != nil {
 		fmt.Fprintf(&b, "\nserver repository after the backlog: %s loose objects, %s packs (%s KiB packed)\n",

@@ -1,0 +1,149 @@
+package bench
+
+import (
+	"fmt"
+	"io"
+	"os/exec"
+	"strings"
+	"time"
+
+	"github.com/tenant-worker/tenant-worker/internal/gitops"
+	"github.com/tenant-worker/tenant-worker/internal/testenv/gitserver"
+)
+
+// PeerReplay is the git command line pushing again, to a fresh repository on
+// the same server, the history the worker pushed during the backlog: the
+// same commits, trees and refs, one push per MAX_BATCH messages of the
+// branch, each with the ledger branch at the matching point, atomically.
+// The server does the same work for it as for the worker, and nothing of
+// the worker runs: how much its last window is slower than its first is
+// what the server (and git's own client) slow down by as the repository
+// grows. PackFirstMS and PackLastMS are the client's share: the mean time,
+// in the first and the last window, for git to write a push's pack
+// (pack-objects, thin, as push does), measured apart before each push.
+type PeerReplay struct {
+	Pushes         int     `json:"pushes"`
+	PushFirstMS    float64 `json:"push_first_window_ms"`
+	PushLastMS     float64 `json:"push_last_window_ms"`
+	PackFirstMS    float64 `json:"pack_first_window_ms"`
+	PackLastMS     float64 `json:"pack_last_window_ms"`
+	Seconds        float64 `json:"seconds"`
+	PerSecond      float64 `json:"messages_per_second"`
+	FirstPerSecond float64 `json:"first_window_per_second"`
+	LastPerSecond  float64 `json:"last_window_per_second"`
+	LastOverFirst  float64 `json:"last_over_first"`
+}
+
+// replayPushes pushes the history of repository name from seed to its
+// branch's head again, to a new repository on h, in pushes of batch
+// commits of the branch, and times each push. window is the messages of
+// the first and last windows (a branch commit is a message).
+func replayPushes(h ledgerHost, name, seed string, batch, window int, progress io.Writer) (*PeerReplay, error) {
+	src := h.path(name)
+	mains, err := revList(src, seed+"..main")
+	if err != nil {
+		return nil, err
+	}
+	ledgers, err := revList(src, "refs/heads/"+ledgerBranch)
+	if err != nil {
+		return nil, err
+	}
+	if len(mains) == 0 || len(ledgers) == 0 || window < batch {
+		return nil, fmt.Errorf("nothing to replay: %d branch and %d ledger commits, a window of %d for pushes of %d", len(mains), len(ledgers), window, batch)
+	}
+	peer := h.repo("ledger-peer")
+	if err := seedRepoLaid(h.srv, peer, 0, gitops.Layout{}); err != nil {
+		return nil, fmt.Errorf("create %s: %w", peer, err)
+	}
+	to := h.pushURL(peer)
+	// The replay starts where the worker did: the seed, not timed.
+	if err := pushFrom(src, to, h.token, "--force", seed+":refs/heads/main"); err != nil {
+		return nil, err
+	}
+	pushes := (len(mains) + batch - 1) / batch
+	fmt.Fprintf(progress, "bench (ledger, %s): the git CLI pushes the worker's %d commits again, %d pushes\n", h.name, len(mains), pushes)
+	took := make([]time.Duration, pushes)
+	packed := make([]time.Duration, pushes)
+	prev, prevLedger := seed, ""
+	for k := range pushes {
+		tip := mains[min((k+1)*batch, len(mains))-1]
+		ledgerTip := ledgers[max(1, (k+1)*len(ledgers)/pushes)-1]
+		revs := []string{tip, ledgerTip, "^" + prev}
+		if prevLedger != "" {
+			revs = append(revs, "^"+prevLedger)
+		}
+		if packed[k], err = packTime(src, revs); err != nil {
+			return nil, err
+		}
+		prev, prevLedger = tip, ledgerTip
+		start := time.Now()
+		if err := pushFrom(src, to, h.token, "--atomic", tip+":refs/heads/main", ledgerTip+":refs/heads/"+ledgerBranch); err != nil {
+			return nil, fmt.Errorf("push %d of %d: %w", k+1, pushes, err)
+		}
+		took[k] = time.Since(start)
+	}
+	r := &PeerReplay{Pushes: pushes}
+	var total time.Duration
+	for _, d := range took {
+		total += d
+	}
+	r.Seconds = total.Seconds()
+	r.PerSecond = float64(len(mains)) / r.Seconds
+	k := window / batch // pushes per window
+	var first, last, packFirst, packLast time.Duration
+	for i := range k {
+		first += took[i]
+		last += took[pushes-1-i]
+		packFirst += packed[i]
+		packLast += packed[pushes-1-i]
+	}
+	ms := func(d time.Duration) float64 { return float64(d) / float64(k) / float64(time.Millisecond) }
+	r.PushFirstMS, r.PushLastMS, r.PackFirstMS, r.PackLastMS = ms(first), ms(last), ms(packFirst), ms(packLast)
+	// The last push may carry fewer messages than a batch: count them.
+	lastMessages := len(mains) - (pushes-k)*batch
+	r.FirstPerSecond = float64(k*batch) / first.Seconds()
+	r.LastPerSecond = float64(lastMessages) / last.Seconds()
+	r.LastOverFirst = r.LastPerSecond / r.FirstPerSecond
+	return r, nil
+}
+
+// packTime times git writing the thin pack of revs (as rev-list takes
+// them) in the bare repository at gitDir, as a push of them would, to
+// nowhere.
+func packTime(gitDir string, revs []string) (time.Duration, error) {
+	cmd := exec.Command("git", "--git-dir", gitDir, "pack-objects", "--revs", "--thin", "--stdout", "-q")
+	cmd.Stdin = strings.NewReader(strings.Join(revs, "\n") + "\n")
+	cmd.Stdout = io.Discard
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	start := time.Now()
+	if err := cmd.Run(); err != nil {
+		return 0, fmt.Errorf("git pack-objects: %w: %s", err, stderr.String())
+	}
+	return time.Since(start), nil
+}
+
+// revList is the first-parent history of rev in the bare repository at
+// gitDir, oldest first.
+func revList(gitDir, rev string) ([]string, error) {
+	out, err := gitserver.OutputIn(gitDir, "rev-list", "--first-parent", "--reverse", rev)
+	if err != nil {
+		return nil, err
+	}
+	return strings.Fields(out), nil
+}
+
+// pushFrom runs git push from the bare repository at gitDir to url (which
+// may hold token: it is blanked from any error).
+func pushFrom(gitDir, url, token string, args ...string) error {
+	cmd := exec.Command("git", append([]string{"--git-dir", gitDir, "push", "-q", url}, args...)...)
+	out, err := cmd.CombinedOutput()
+	if err == nil {
+		return nil
+	}
+	msg := fmt.Sprintf("git push %s: %v: %s", strings.Join(args, " "), err, out)
+	if token != "" {
+		msg = strings.ReplaceAll(msg, token, "<token>")
+	}
+	return fmt.Errorf("%s", msg)
+}
