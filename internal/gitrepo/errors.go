@@ -42,18 +42,34 @@ func IsAuth(err error) bool { return errors.Is(err, ErrAuth) }
 
 // classify is the package's classify, telling the credentials when the
 // server refused them. ctx is the call's: when it was cancelled, the error
-// is the cancellation (with its cause), not the server's. net/http reports
-// a cancellation by its cause, which would otherwise read as a server that
-// could not be reached, and pause the worker over its own shutdown.
+// is the cancellation (with its cause), not the server's; when its time
+// ran out, a timeout. net/http reports a cancellation by its cause, which
+// would otherwise read as a server that could not be reached, and pause
+// the worker over its own shutdown.
 func (r *Repo) classify(ctx context.Context, op string, err error) error {
-	if err != nil && errors.Is(ctx.Err(), context.Canceled) {
+	switch {
+	case err == nil:
+	case errors.Is(ctx.Err(), context.Canceled):
 		return fmt.Errorf("%s: %w", op, cancelled(ctx))
+	case errors.Is(ctx.Err(), context.DeadlineExceeded):
+		// The call's time ran out; over SSH the connection's deadline
+		// reports it as a network error.
+		return fmt.Errorf("%s: %w: %v", op, ErrTimeout, err)
 	}
 	err = classify(op, err)
 	if IsAuth(err) {
 		r.auth.Refused()
 	}
 	return err
+}
+
+// begin refuses a call whose context has already ended: nothing is asked
+// of the server.
+func (r *Repo) begin(ctx context.Context, op string) error {
+	if ctx.Err() == nil {
+		return nil
+	}
+	return r.classify(ctx, op, context.Cause(ctx))
 }
 
 // cancelled is ctx's cancellation as an error that is context.Canceled and

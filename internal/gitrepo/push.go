@@ -118,6 +118,9 @@ func (r *Repo) PushRefs(ctx context.Context, main, ledger Move) error {
 	if !main.moves() && !ledger.moves() {
 		return nil
 	}
+	if err := r.begin(ctx, "push "+r.url()); err != nil {
+		return err
+	}
 	if ledger.moves() && r.opts.LedgerBranch == "" {
 		return errors.New("push: no ledger branch is configured")
 	}
@@ -261,6 +264,9 @@ func (r *Repo) RemoteHead(ctx context.Context) (plumbing.Hash, error) {
 // remoteHeads reads the branch's and the ledger branch's commits on the
 // server (zero for one that does not exist), within the git timeout.
 func (r *Repo) remoteHeads(ctx context.Context) (main, ledger plumbing.Hash, err error) {
+	if err := r.begin(ctx, "list "+r.url()); err != nil {
+		return main, ledger, err
+	}
 	ctx, cancel := context.WithTimeout(ctx, r.opts.Timeout)
 	defer cancel()
 	remote, err := r.repo.Remote(remoteName)
@@ -271,7 +277,9 @@ func (r *Repo) remoteHeads(ctx context.Context) (main, ledger plumbing.Hash, err
 	if err != nil {
 		return main, ledger, fmt.Errorf("list %s: %w: %v", r.url(), ErrAuth, err)
 	}
-	refs, err := remote.ListContext(ctx, &git.ListOptions{Auth: auth})
+	proxyOpts, done := r.callProxy(ctx)
+	defer done()
+	refs, err := remote.ListContext(ctx, &git.ListOptions{Auth: auth, ProxyOptions: proxyOpts})
 	if err != nil {
 		return main, ledger, r.classify(ctx, "list "+r.url(), err)
 	}
@@ -293,16 +301,20 @@ func (r *Repo) remoteHeads(ctx context.Context) (main, ledger plumbing.Hash, err
 // write access there): it tells whether a push could get through, without
 // pushing. It also learns the server's capabilities for the next push.
 func (r *Repo) CanPush(ctx context.Context) error {
+	if err := r.begin(ctx, "push "+r.url()); err != nil {
+		return err
+	}
 	ctx, cancel := context.WithTimeout(ctx, r.opts.Timeout)
 	defer cancel()
 	auth, err := r.auth.Auth()
 	if err != nil {
 		return fmt.Errorf("%w: %v", ErrAuth, err)
 	}
-	sess, err := r.receivePackSession(auth)
+	sess, done, err := r.receivePackSession(ctx, auth)
 	if err != nil {
 		return r.classify(ctx, "push "+r.url(), err)
 	}
+	defer done()
 	defer sess.Close()
 	ar, err := sess.AdvertisedReferencesContext(ctx)
 	if err != nil {
@@ -314,23 +326,33 @@ func (r *Repo) CanPush(ctx context.Context) error {
 	return nil
 }
 
-func (r *Repo) receivePackSession(auth transport.AuthMethod) (transport.ReceivePackSession, error) {
+// receivePackSession opens a push session bounded by ctx, and the
+// function to call once it is closed.
+func (r *Repo) receivePackSession(ctx context.Context, auth transport.AuthMethod) (transport.ReceivePackSession, func(), error) {
 	ep, err := transport.NewEndpoint(r.url())
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	c, err := client.NewClient(ep)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	return c.NewReceivePackSession(ep, auth)
+	var done func()
+	ep.Proxy, done = r.callProxy(ctx)
+	sess, err := c.NewReceivePackSession(ep, auth)
+	if err != nil {
+		done()
+		return nil, nil, err
+	}
+	return sess, done, nil
 }
 
 func (r *Repo) sendPack(ctx context.Context, auth transport.AuthMethod, main, ledger Move, hashes []plumbing.Hash, bases map[plumbing.Hash]plumbing.Hash) error {
-	sess, err := r.receivePackSession(auth)
+	sess, forget, err := r.receivePackSession(ctx, auth)
 	if err != nil {
 		return err
 	}
+	defer forget()
 	defer sess.Close()
 	cmds := r.commands(main, ledger)
 

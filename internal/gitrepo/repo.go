@@ -197,17 +197,23 @@ func (r *Repo) Fetch(ctx context.Context) (plumbing.Hash, error) { return r.fetc
 func (r *Repo) Refetch(ctx context.Context) (plumbing.Hash, error) { return r.fetch(ctx, false) }
 
 func (r *Repo) fetch(ctx context.Context, mayCompact bool) (plumbing.Hash, error) {
+	if err := r.begin(ctx, "fetch "+r.url()); err != nil {
+		return plumbing.ZeroHash, err
+	}
 	ctx, cancel := context.WithTimeout(ctx, r.opts.Timeout)
 	defer cancel()
 	auth, err := r.auth.Auth()
 	if err != nil {
 		return plumbing.ZeroHash, fmt.Errorf("fetch: %w: %v", ErrAuth, err)
 	}
+	proxyOpts, done := r.callProxy(ctx)
+	defer done()
 	opts := &git.FetchOptions{
-		RemoteName: remoteName,
-		Auth:       auth,
-		Force:      true,
-		Tags:       git.NoTags,
+		ProxyOptions: proxyOpts,
+		RemoteName:   remoteName,
+		Auth:         auth,
+		Force:        true,
+		Tags:         git.NoTags,
 		// A ledger branch deleted on the server is deleted here too, not
 		// pushed against forever.
 		Prune: true,
@@ -334,7 +340,9 @@ func (r *Repo) WrittenBytes() int64 {
 // pushWalking pushes with go-git's own push, which walks the history to find
 // the objects to send; used for commits this Repo did not write.
 func (r *Repo) pushWalking(ctx context.Context, auth transport.AuthMethod, main, ledger Move) error {
-	opts := &git.PushOptions{RemoteName: remoteName, Auth: auth}
+	proxyOpts, done := r.callProxy(ctx)
+	defer done()
+	opts := &git.PushOptions{RemoteName: remoteName, Auth: auth, ProxyOptions: proxyOpts}
 	for _, c := range r.commands(main, ledger) {
 		opts.RefSpecs = append(opts.RefSpecs, config.RefSpec(c.New.String()+":"+c.Name.String()))
 		if !c.Old.IsZero() {

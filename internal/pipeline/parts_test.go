@@ -174,8 +174,9 @@ func (c cancelOnStep) StepStarted(jobs []Job, s Step) {
 // TestCancelBeforeConfirmingIsNotTheServers: a no-op decided on the head as
 // last seen must be confirmed on a fetched head, and the grace runs out
 // before that fetch. The job fails with the cancellation and its cause, for
-// SQS to redeliver; it is not "git server unavailable", which would pause
-// the worker over its own shutdown.
+// SQS to redeliver, and nothing more is asked of the server (over SSH a
+// new connection could hang past the grace); it is not "git server
+// unavailable", which would pause the worker over its own shutdown.
 func TestCancelBeforeConfirmingIsNotTheServers(t *testing.T) {
 	e := setup(t)
 	if res := e.p.Apply(context.Background(), []Job{{Request: onboard(t, "c1", "basic")}}); !res[0].Applied {
@@ -183,10 +184,20 @@ func TestCancelBeforeConfirmingIsNotTheServers(t *testing.T) {
 	}
 	ctx, cancel := context.WithCancelCause(context.Background())
 	defer cancel(nil)
+	var asked atomic.Int32 // requests after the grace ran out
+	e.srv.SetHook(func(w http.ResponseWriter, r *http.Request) bool {
+		if ctx.Err() != nil {
+			asked.Add(1)
+		}
+		return true
+	})
 	p := New(e.p.repo, Options{Layout: gitops.Layout{Root: templates.Root}, Observer: cancelOnStep{e.obs, StepRender, cancel}})
 	res := p.Apply(ctx, []Job{{Request: onboard(t, "c1", "basic")}})
 	if context.Cause(ctx) == nil {
 		t.Fatal("the render step never started: the fault did not happen")
+	}
+	if n := asked.Load(); n > 0 {
+		t.Errorf("%d requests reached the server after the grace ran out, want none", n)
 	}
 	err := res[0].Err
 	if !errors.Is(err, context.Canceled) || !strings.Contains(fmt.Sprint(err), "grace") {
