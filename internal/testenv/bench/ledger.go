@@ -138,9 +138,10 @@ type LedgerBacklog struct {
 	// NoLanguageStats: Gitea ran without its language statistics
 	// (noLanguageStats).
 	NoLanguageStats bool `json:"gitea_language_stats_off,omitempty"`
-	// Peer is the git command line pushing the worker's history again
-	// (nil when LedgerOptions.NoPeer).
-	Peer *PeerReplay `json:"git_cli_replay,omitempty"`
+	// Peers are the git command line pushing the worker's history again,
+	// as it was and squashed to a commit per push (none when
+	// LedgerOptions.NoPeer).
+	Peers []*PeerReplay `json:"git_cli_replays,omitempty"`
 }
 
 // LedgerRevisions is the new revisions of main and of the ledger branch
@@ -633,8 +634,12 @@ func ledgerBacklog(ctx context.Context, o LedgerOptions, api *sqs.Client, h ledg
 	if !o.NoPeer && !o.BacklogDeployments && b.FirstPerSecond > 0 {
 		w.stop() // nothing of the worker runs beside the replay
 		stopped = true
-		if b.Peer, err = replayPushes(h, name, strings.TrimSpace(seed), maxBatch(), b.Window, progress); err != nil {
-			return b, fmt.Errorf("the git CLI's replay: %w", err)
+		for _, squash := range []bool{false, true} {
+			p, err := replayPushes(h, name, strings.TrimSpace(seed), maxBatch(), b.Window, squash, progress)
+			if err != nil {
+				return b, fmt.Errorf("the git CLI's replay (squashed: %v): %w", squash, err)
+			}
+			b.Peers = append(b.Peers, p)
 		}
 	}
 	return b, nil
@@ -702,12 +707,22 @@ func LedgerTable(r *LedgerResult) string {
 		fmt.Fprintf(&b, "| %s, %s | %d | %d %s | %.1f | %.0f | %s | %s | %s | %s | %s | %d | %.0f |\n", l.Server, layout, l.Tenants, l.Messages, l.Kind,
 			l.Seconds, l.PerSecond, yes(l.PerSecond >= 100), first, last, ratio, ok, l.Redelivered, l.PeakRSSMB)
 	}
-	if l := r.Backlog; l != nil && l.Peer != nil {
-		p := l.Peer
-		fmt.Fprintf(&b, "| the git CLI pushing the worker's commits again, %d pushes, no worker running | %d | %d | %.1f | %.0f | %s | %.0f | %.0f | %.2f | %s | - | - |\n",
-			p.Pushes, l.Tenants, l.Messages, p.Seconds, p.PerSecond, yes(p.PerSecond >= 100), p.FirstPerSecond, p.LastPerSecond, p.LastOverFirst, yes(p.LastOverFirst >= 1))
-		fmt.Fprintf(&b, "\nthe git CLI's replay, per push, first window / last: %.0f / %.0f ms, of which git's client writing the pack %.0f / %.0f ms (timed apart)\n",
-			p.PushFirstMS, p.PushLastMS, p.PackFirstMS, p.PackLastMS)
+	if l := r.Backlog; l != nil {
+		for _, p := range l.Peers {
+			what := "the git CLI pushing the worker's commits again"
+			if p.Squashed {
+				what = "the same trees, one commit per push and branch"
+			}
+			fmt.Fprintf(&b, "| %s, %d pushes, no worker running | %d | %d | %.1f | %.0f | %s | %.0f | %.0f | %.2f | %s | - | - |\n",
+				what, p.Pushes, l.Tenants, l.Messages, p.Seconds, p.PerSecond, yes(p.PerSecond >= 100), p.FirstPerSecond, p.LastPerSecond, p.LastOverFirst, yes(p.LastOverFirst >= 1))
+		}
+		for _, p := range l.Peers {
+			fmt.Fprintf(&b, "\nthe git CLI's replay (squashed: %v), per push, first window / last: %.0f / %.0f ms, of which git's client writing the pack %.0f / %.0f ms (timed apart)",
+				p.Squashed, p.PushFirstMS, p.PushLastMS, p.PackFirstMS, p.PackLastMS)
+		}
+		if len(l.Peers) > 0 {
+			b.WriteString("\n")
+		}
 	}
 	if l := r.Backlog; l != nil && l.ServerObjects != nil {
 		fmt.Fprintf(&b, "\nserver repository after the backlog: %s loose objects, %s packs (%s KiB packed)\n",

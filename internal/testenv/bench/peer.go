@@ -3,6 +3,7 @@ package bench
 import (
 	"fmt"
 	"io"
+	"os"
 	"os/exec"
 	"strings"
 	"time"
@@ -18,10 +19,19 @@ import (
 // The server does the same work for it as for the worker, and nothing of
 // the worker runs: how much its last window is slower than its first is
 // what the server (and git's own client) slow down by as the repository
-// grows. PackFirstMS and PackLastMS are the client's share: the mean time,
-// in the first and the last window, for git to write a push's pack
-// (pack-objects, thin, as push does), measured apart before each push.
+// grows. The pushes are not thin (--no-thin): like the worker's, every
+// delta's base is in the pack, so the server never reads a base out of its
+// own packs (git's default thin packs make it, a cost that grows with the
+// repository and that the worker does not cause). PackFirstMS and
+// PackLastMS are the client's share: the mean time, in the first and the
+// last window, for git to write a push's pack (pack-objects, as push
+// does), measured apart before each push.
+//
+// Squashed replays the same trees with one commit per push on each branch
+// instead of one per message: what the server's work per push would be
+// for a client that made a batch one commit.
 type PeerReplay struct {
+	Squashed       bool    `json:"squashed"`
 	Pushes         int     `json:"pushes"`
 	PushFirstMS    float64 `json:"push_first_window_ms"`
 	PushLastMS     float64 `json:"push_last_window_ms"`
@@ -36,9 +46,10 @@ type PeerReplay struct {
 
 // replayPushes pushes the history of repository name from seed to its
 // branch's head again, to a new repository on h, in pushes of batch
-// commits of the branch, and times each push. window is the messages of
-// the first and last windows (a branch commit is a message).
-func replayPushes(h ledgerHost, name, seed string, batch, window int, progress io.Writer) (*PeerReplay, error) {
+// commits of the branch (squashed: each push one commit per branch, of the
+// same trees), and times each push. window is the messages of the first
+// and last windows (a branch commit is a message).
+func replayPushes(h ledgerHost, name, seed string, batch, window int, squash bool, progress io.Writer) (*PeerReplay, error) {
 	src := h.path(name)
 	mains, err := revList(src, seed+"..main")
 	if err != nil {
@@ -51,7 +62,22 @@ func replayPushes(h ledgerHost, name, seed string, batch, window int, progress i
 	if len(mains) == 0 || len(ledgers) == 0 || window < batch {
 		return nil, fmt.Errorf("nothing to replay: %d branch and %d ledger commits, a window of %d for pushes of %d", len(mains), len(ledgers), window, batch)
 	}
+	pushes := (len(mains) + batch - 1) / batch
+	tips, ledgerTips := make([]string, pushes), make([]string, pushes)
+	for k := range pushes {
+		tips[k] = mains[min((k+1)*batch, len(mains))-1]
+		ledgerTips[k] = ledgers[max(1, (k+1)*len(ledgers)/pushes)-1]
+	}
 	peer := h.repo("ledger-peer")
+	if squash {
+		peer = h.repo("ledger-peer-squashed")
+		if tips, err = squashed(src, seed, tips, "batch"); err != nil {
+			return nil, err
+		}
+		if ledgerTips, err = squashed(src, "", ledgerTips, "ledger"); err != nil {
+			return nil, err
+		}
+	}
 	if err := seedRepoLaid(h.srv, peer, 0, gitops.Layout{}); err != nil {
 		return nil, fmt.Errorf("create %s: %w", peer, err)
 	}
@@ -60,14 +86,12 @@ func replayPushes(h ledgerHost, name, seed string, batch, window int, progress i
 	if err := pushFrom(src, to, h.token, "--force", seed+":refs/heads/main"); err != nil {
 		return nil, err
 	}
-	pushes := (len(mains) + batch - 1) / batch
-	fmt.Fprintf(progress, "bench (ledger, %s): the git CLI pushes the worker's %d commits again, %d pushes\n", h.name, len(mains), pushes)
+	fmt.Fprintf(progress, "bench (ledger, %s): the git CLI pushes the worker's %d commits again, %d pushes (squashed: %v)\n", h.name, len(mains), pushes, squash)
 	took := make([]time.Duration, pushes)
 	packed := make([]time.Duration, pushes)
 	prev, prevLedger := seed, ""
 	for k := range pushes {
-		tip := mains[min((k+1)*batch, len(mains))-1]
-		ledgerTip := ledgers[max(1, (k+1)*len(ledgers)/pushes)-1]
+		tip, ledgerTip := tips[k], ledgerTips[k]
 		revs := []string{tip, ledgerTip, "^" + prev}
 		if prevLedger != "" {
 			revs = append(revs, "^"+prevLedger)
@@ -77,12 +101,12 @@ func replayPushes(h ledgerHost, name, seed string, batch, window int, progress i
 		}
 		prev, prevLedger = tip, ledgerTip
 		start := time.Now()
-		if err := pushFrom(src, to, h.token, "--atomic", tip+":refs/heads/main", ledgerTip+":refs/heads/"+ledgerBranch); err != nil {
+		if err := pushFrom(src, to, h.token, "--atomic", "--no-thin", tip+":refs/heads/main", ledgerTip+":refs/heads/"+ledgerBranch); err != nil {
 			return nil, fmt.Errorf("push %d of %d: %w", k+1, pushes, err)
 		}
 		took[k] = time.Since(start)
 	}
-	r := &PeerReplay{Pushes: pushes}
+	r := &PeerReplay{Squashed: squash, Pushes: pushes}
 	var total time.Duration
 	for _, d := range took {
 		total += d
@@ -107,11 +131,33 @@ func replayPushes(h ledgerHost, name, seed string, batch, window int, progress i
 	return r, nil
 }
 
-// packTime times git writing the thin pack of revs (as rev-list takes
-// them) in the bare repository at gitDir, as a push of them would, to
-// nowhere.
+// squashed makes, in the bare repository at gitDir, one commit of each of
+// tips' trees, each the parent of the next, the first on parent (none when
+// empty), and returns them.
+func squashed(gitDir, parent string, tips []string, msg string) ([]string, error) {
+	out := make([]string, len(tips))
+	for i, tip := range tips {
+		args := []string{"commit-tree", tip + "^{tree}", "-m", fmt.Sprintf("%s %d", msg, i+1)}
+		if parent != "" {
+			args = append(args, "-p", parent)
+		}
+		cmd := exec.Command("git", append([]string{"--git-dir", gitDir}, args...)...)
+		cmd.Env = append(os.Environ(), "GIT_AUTHOR_NAME=bench", "GIT_AUTHOR_EMAIL=bench@example.com",
+			"GIT_COMMITTER_NAME=bench", "GIT_COMMITTER_EMAIL=bench@example.com")
+		c, err := cmd.Output()
+		if err != nil {
+			return nil, fmt.Errorf("git commit-tree: %w", err)
+		}
+		out[i] = strings.TrimSpace(string(c))
+		parent = out[i]
+	}
+	return out, nil
+}
+
+// packTime times git writing the pack of revs (as rev-list takes them) in
+// the bare repository at gitDir, as a push of them would, to nowhere.
 func packTime(gitDir string, revs []string) (time.Duration, error) {
-	cmd := exec.Command("git", "--git-dir", gitDir, "pack-objects", "--revs", "--thin", "--stdout", "-q")
+	cmd := exec.Command("git", "--git-dir", gitDir, "pack-objects", "--revs", "--stdout", "-q")
 	cmd.Stdin = strings.NewReader(strings.Join(revs, "\n") + "\n")
 	cmd.Stdout = io.Discard
 	var stderr strings.Builder

@@ -46,16 +46,28 @@ func TestReplayPushesTheSameHistory(t *testing.T) {
 	}
 	h := ledgerHost{name: "http-backend", srv: srv, repo: func(k string) string { return k + ".git" },
 		url: srv.RepoURL, path: srv.RepoPath, pushURL: srv.RepoURL}
-	r, err := replayPushes(h, "src.git", seed, 2, 2, io.Discard)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if r.Pushes != 3 || r.PerSecond <= 0 || r.LastOverFirst <= 0 {
-		t.Errorf("replay: %+v, want 3 pushes and rates", r)
-	}
-	for _, ref := range []string{"main", ledgerBranch} {
-		if got, want := head("ledger-peer.git", ref), head("src.git", ref); got != want {
-			t.Errorf("%s replayed to %s, want %s", ref, got, want)
+	for _, squash := range []bool{false, true} {
+		r, err := replayPushes(h, "src.git", seed, 2, 2, squash, io.Discard)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r.Pushes != 3 || r.PerSecond <= 0 || r.LastOverFirst <= 0 {
+			t.Errorf("replay (squashed: %v): %+v, want 3 pushes and rates", squash, r)
+		}
+		peer, rev := "ledger-peer.git", ""
+		if squash {
+			peer, rev = "ledger-peer-squashed.git", "^{tree}"
+		}
+		for _, ref := range []string{"main", ledgerBranch} {
+			if got, want := head(peer, ref+rev), head("src.git", ref+rev); got != want {
+				t.Errorf("%s replayed (squashed: %v) to %s, want %s", ref, squash, got, want)
+			}
+		}
+		if squash {
+			// One commit per push on the branch: 3 after the seed.
+			if n, err := srv.Output(peer, "rev-list", "--count", seed+"..main"); err != nil || strings.TrimSpace(n) != "3" {
+				t.Errorf("squashed branch has %q commits after the seed (%v), want 3", n, err)
+			}
 		}
 	}
 }
