@@ -65,6 +65,10 @@ func (d callDialer) Dial(network, addr string) (net.Conn, error) {
 }
 
 func (d callDialer) DialContext(ctx context.Context, network, addr string) (net.Conn, error) {
+	if d.call.Err() != nil {
+		// Ended already: not even a connection is asked of the server.
+		return nil, fmt.Errorf("dial %s: %w", addr, context.Cause(d.call))
+	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	stop := context.AfterFunc(d.call, cancel)

@@ -110,6 +110,13 @@ var sshCalls = []struct {
 	{"fetch", func(r *Repo, ctx context.Context) error { _, err := r.Fetch(ctx); return err }},
 	{"list", func(r *Repo, ctx context.Context) error { _, err := r.RemoteHead(ctx); return err }},
 	{"push session", func(r *Repo, ctx context.Context) error { return r.CanPush(ctx) }},
+	{"push", func(r *Repo, ctx context.Context) error {
+		c, err := r.Commit(r.head, map[string][]byte{"a/x.yaml": []byte("x\n")}, "x")
+		if err != nil {
+			return err
+		}
+		return r.Push(ctx, r.head, c)
+	}},
 }
 
 // returns waits for a call that must end: a call still running after a
@@ -187,7 +194,11 @@ func TestEndedContextAsksNothing(t *testing.T) {
 			t.Errorf("%s: %v, want the cancellation", c.name, err)
 		}
 	}
-	if err := returns(t, func() error { return r.PushRefs(ctx, Move{New: r.head}, Move{}) }); err != nil && !errors.Is(err, context.Canceled) {
+	c, err := r.Commit(r.head, map[string][]byte{"a/x.yaml": []byte("x\n")}, "x")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := returns(t, func() error { return r.PushRefs(ctx, Move{New: c}, Move{}) }); !errors.Is(err, context.Canceled) {
 		t.Errorf("push: %v, want the cancellation", err)
 	}
 	if n := callSeq.Load() - opened; n > 0 {
@@ -196,6 +207,31 @@ func TestEndedContextAsksNothing(t *testing.T) {
 	select {
 	case <-accepted:
 		t.Error("a call with an ended context connected to the server")
+	default:
+	}
+}
+
+// TestDialerOfAnEndedCallDialsNothing: the call dialer, asked to dial for
+// a call whose context has ended, fails with its cause and opens no
+// connection.
+func TestDialerOfAnEndedCallDialsNothing(t *testing.T) {
+	addr, accepted := silentServer(t)
+	ctx, cancel := context.WithCancelCause(context.Background())
+	cause := errors.New("shutdown grace period over")
+	cancel(cause)
+	for range 20 {
+		conn, err := callDialer{call: ctx}.DialContext(context.Background(), "tcp", addr)
+		if err == nil {
+			conn.Close()
+			t.Fatal("dialed for an ended call")
+		}
+		if !errors.Is(err, cause) {
+			t.Fatalf("dial: %v, want the call's cause", err)
+		}
+	}
+	select {
+	case <-accepted:
+		t.Error("the server accepted a connection for an ended call")
 	default:
 	}
 }

@@ -209,7 +209,7 @@ func (r *Repo) send(ctx context.Context, main, ledger Move) error {
 		maps.Copy(bases, b)
 	}
 	if r.opts.WalkingPush && !ledger.moves() {
-		return r.pushWalking(ctx, auth, main, ledger)
+		return timedOut(ctx, r.pushWalking(ctx, auth, main, ledger))
 	}
 	if !ours {
 		// Commits this Repo did not write (or no longer remembers): their
@@ -230,7 +230,17 @@ func (r *Repo) send(ctx context.Context, main, ledger Move) error {
 		}
 		clear(bases)
 	}
-	return r.sendPack(ctx, auth, main, ledger, hashes, bases)
+	return timedOut(ctx, r.sendPack(ctx, auth, main, ledger, hashes, bases))
+}
+
+// timedOut marks err as the push's time running out when it has: over SSH
+// the closed connection reports it as a network error, and PushRefs, which
+// classifies it, holds the caller's context, not the push's.
+func timedOut(ctx context.Context, err error) error {
+	if err != nil && errors.Is(ctx.Err(), context.DeadlineExceeded) && !errors.Is(err, context.DeadlineExceeded) {
+		return fmt.Errorf("%w: %w", context.DeadlineExceeded, err)
+	}
+	return err
 }
 
 // decide reads both refs back after a push that did not clearly succeed
