@@ -134,7 +134,7 @@ func (r *Repo) PushRefs(ctx context.Context, main, ledger Move) error {
 		}
 	}
 	if err != nil && !errors.Is(err, ErrNoAtomic) {
-		err = r.decide(ctx, main, ledger, r.classify(ctx, "push "+r.url(), err))
+		err = r.decide(ctx, main, ledger, err)
 	}
 	if err != nil {
 		if !IsConflict(err) {
@@ -188,14 +188,24 @@ func (r *Repo) SupportsAtomic(ctx context.Context) (bool, error) {
 var errNoReport = errors.New("the server sent no report on the push")
 
 // send pushes within the git timeout: a thin pack of the objects this Repo
-// wrote, or go-git's own push for commits it did not write.
+// wrote, or go-git's own push for commits it did not write. Its error is
+// classified with the push's own context, whose time may have run out.
 func (r *Repo) send(ctx context.Context, main, ledger Move) error {
-	ctx, cancel := context.WithTimeout(ctx, r.opts.Timeout)
-	defer cancel()
-	auth, err := r.auth.Auth()
+	op := "push " + r.url()
+	c, err := r.startCall(ctx, op, r.opts.Timeout)
 	if err != nil {
-		return fmt.Errorf("%w: %v", ErrAuth, err)
+		return err
 	}
+	defer c.end()
+	err = r.sendWith(c, main, ledger)
+	if err != nil && !errors.Is(err, ErrNoAtomic) {
+		err = r.classify(c.ctx, op, err)
+	}
+	return err
+}
+
+// sendWith is send within call c.
+func (r *Repo) sendWith(c *call, main, ledger Move) error {
 	var hashes []plumbing.Hash
 	bases := map[plumbing.Hash]plumbing.Hash{}
 	ours := true
@@ -209,7 +219,7 @@ func (r *Repo) send(ctx context.Context, main, ledger Move) error {
 		maps.Copy(bases, b)
 	}
 	if r.opts.WalkingPush && !ledger.moves() {
-		return timedOut(ctx, r.pushWalking(ctx, auth, main, ledger))
+		return r.pushWalking(c, main, ledger)
 	}
 	if !ours {
 		// Commits this Repo did not write (or no longer remembers): their
@@ -225,22 +235,13 @@ func (r *Repo) send(ctx context.Context, main, ledger Move) error {
 				}
 			}
 		}
+		var err error
 		if hashes, err = revlist.Objects(r.repo.Storer, wants, haves); err != nil {
 			return fmt.Errorf("list the objects to push: %w", err)
 		}
 		clear(bases)
 	}
-	return timedOut(ctx, r.sendPack(ctx, auth, main, ledger, hashes, bases))
-}
-
-// timedOut marks err as the push's time running out when it has: over SSH
-// the closed connection reports it as a network error, and PushRefs, which
-// classifies it, holds the caller's context, not the push's.
-func timedOut(ctx context.Context, err error) error {
-	if err != nil && errors.Is(ctx.Err(), context.DeadlineExceeded) && !errors.Is(err, context.DeadlineExceeded) {
-		return fmt.Errorf("%w: %w", context.DeadlineExceeded, err)
-	}
-	return err
+	return r.sendPack(c, main, ledger, hashes, bases)
 }
 
 // decide reads both refs back after a push that did not clearly succeed
@@ -274,24 +275,18 @@ func (r *Repo) RemoteHead(ctx context.Context) (plumbing.Hash, error) {
 // remoteHeads reads the branch's and the ledger branch's commits on the
 // server (zero for one that does not exist), within the git timeout.
 func (r *Repo) remoteHeads(ctx context.Context) (main, ledger plumbing.Hash, err error) {
-	if err := r.begin(ctx, "list "+r.url()); err != nil {
-		return main, ledger, err
-	}
-	ctx, cancel := context.WithTimeout(ctx, r.opts.Timeout)
-	defer cancel()
 	remote, err := r.repo.Remote(remoteName)
 	if err != nil {
 		return main, ledger, err
 	}
-	auth, err := r.auth.Auth()
+	c, err := r.startCall(ctx, "list "+r.url(), r.opts.Timeout)
 	if err != nil {
-		return main, ledger, fmt.Errorf("list %s: %w: %v", r.url(), ErrAuth, err)
+		return main, ledger, err
 	}
-	proxyOpts, done := r.callProxy(ctx)
-	defer done()
-	refs, err := remote.ListContext(ctx, &git.ListOptions{Auth: auth, ProxyOptions: proxyOpts})
+	defer c.end()
+	refs, err := remote.ListContext(c.ctx, &git.ListOptions{Auth: c.auth, ProxyOptions: c.proxy})
 	if err != nil {
-		return main, ledger, r.classify(ctx, "list "+r.url(), err)
+		return main, ledger, r.classify(c.ctx, "list "+r.url(), err)
 	}
 	for _, ref := range refs {
 		switch ref.Name() {
@@ -311,24 +306,19 @@ func (r *Repo) remoteHeads(ctx context.Context) (main, ledger plumbing.Hash, err
 // write access there): it tells whether a push could get through, without
 // pushing. It also learns the server's capabilities for the next push.
 func (r *Repo) CanPush(ctx context.Context) error {
-	if err := r.begin(ctx, "push "+r.url()); err != nil {
+	c, err := r.startCall(ctx, "push "+r.url(), r.opts.Timeout)
+	if err != nil {
 		return err
 	}
-	ctx, cancel := context.WithTimeout(ctx, r.opts.Timeout)
-	defer cancel()
-	auth, err := r.auth.Auth()
+	defer c.end()
+	sess, err := r.receivePackSession(c)
 	if err != nil {
-		return fmt.Errorf("%w: %v", ErrAuth, err)
+		return r.classify(c.ctx, "push "+r.url(), err)
 	}
-	sess, done, err := r.receivePackSession(ctx, auth)
-	if err != nil {
-		return r.classify(ctx, "push "+r.url(), err)
-	}
-	defer done()
 	defer sess.Close()
-	ar, err := sess.AdvertisedReferencesContext(ctx)
+	ar, err := sess.AdvertisedReferencesContext(c.ctx)
 	if err != nil {
-		return r.classify(ctx, "push "+r.url(), err)
+		return r.classify(c.ctx, "push "+r.url(), err)
 	}
 	r.mu.Lock()
 	r.receiveCaps = ar.Capabilities
@@ -336,33 +326,25 @@ func (r *Repo) CanPush(ctx context.Context) error {
 	return nil
 }
 
-// receivePackSession opens a push session bounded by ctx, and the
-// function to call once it is closed.
-func (r *Repo) receivePackSession(ctx context.Context, auth transport.AuthMethod) (transport.ReceivePackSession, func(), error) {
+// receivePackSession opens a push session within call c.
+func (r *Repo) receivePackSession(c *call) (transport.ReceivePackSession, error) {
 	ep, err := transport.NewEndpoint(r.url())
 	if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
-	c, err := client.NewClient(ep)
+	cl, err := client.NewClient(ep)
 	if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
-	var done func()
-	ep.Proxy, done = r.callProxy(ctx)
-	sess, err := c.NewReceivePackSession(ep, auth)
-	if err != nil {
-		done()
-		return nil, nil, err
-	}
-	return sess, done, nil
+	ep.Proxy = c.proxy
+	return cl.NewReceivePackSession(ep, c.auth)
 }
 
-func (r *Repo) sendPack(ctx context.Context, auth transport.AuthMethod, main, ledger Move, hashes []plumbing.Hash, bases map[plumbing.Hash]plumbing.Hash) error {
-	sess, forget, err := r.receivePackSession(ctx, auth)
+func (r *Repo) sendPack(c *call, main, ledger Move, hashes []plumbing.Hash, bases map[plumbing.Hash]plumbing.Hash) error {
+	sess, err := r.receivePackSession(c)
 	if err != nil {
 		return err
 	}
-	defer forget()
 	defer sess.Close()
 	cmds := r.commands(main, ledger)
 
@@ -374,7 +356,7 @@ func (r *Repo) sendPack(ctx context.Context, auth transport.AuthMethod, main, le
 	caps := r.receiveCaps
 	r.mu.Unlock()
 	if caps == nil {
-		ar, err := sess.AdvertisedReferencesContext(ctx)
+		ar, err := sess.AdvertisedReferencesContext(c.ctx)
 		if err != nil {
 			return err
 		}
@@ -425,7 +407,7 @@ func (r *Repo) sendPack(ctx context.Context, auth transport.AuthMethod, main, le
 		}
 		done <- wr.Close()
 	}()
-	rs, err := sess.ReceivePack(ctx, req)
+	rs, err := sess.ReceivePack(c.ctx, req)
 	if err != nil {
 		_ = rd.Close()
 		return err

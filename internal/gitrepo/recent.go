@@ -30,24 +30,18 @@ type RecentCommit struct {
 // stops at the first commit older than since, at a merge's first parent,
 // or at the clone's shallow edge.
 func (r *Repo) Recent(ctx context.Context, since time.Time, depth int) ([]RecentCommit, error) {
-	if err := r.begin(ctx, "read the history of "+r.url()); err != nil {
+	call, err := r.startCall(ctx, "read the history of "+r.url(), 4*r.opts.Timeout)
+	if err != nil {
 		return nil, err
 	}
-	ctx, cancel := context.WithTimeout(ctx, 4*r.opts.Timeout)
-	defer cancel()
-	auth, err := r.auth.Auth()
-	if err != nil {
-		return nil, fmt.Errorf("history: %w: %v", ErrAuth, err)
-	}
-	proxyOpts, done := r.callProxy(ctx)
-	defer done()
+	defer call.end()
 	st := memory.NewStorage()
-	repo, err := git.CloneContext(ctx, st, nil, &git.CloneOptions{
-		URL: r.url(), Auth: auth, ReferenceName: plumbing.NewBranchReferenceName(r.opts.Branch),
-		SingleBranch: true, Depth: depth + 1, Tags: git.NoTags, NoCheckout: true, ProxyOptions: proxyOpts,
+	repo, err := git.CloneContext(call.ctx, st, nil, &git.CloneOptions{
+		URL: r.url(), Auth: call.auth, ReferenceName: plumbing.NewBranchReferenceName(r.opts.Branch),
+		SingleBranch: true, Depth: depth + 1, Tags: git.NoTags, NoCheckout: true, ProxyOptions: call.proxy,
 	})
 	if err != nil {
-		return nil, r.classify(ctx, "read the history of "+r.url(), err)
+		return nil, r.classify(call.ctx, "read the history of "+r.url(), err)
 	}
 	ref, err := repo.Head()
 	if err != nil {

@@ -20,7 +20,6 @@ import (
 	"github.com/go-git/go-git/v5/plumbing/cache"
 	"github.com/go-git/go-git/v5/plumbing/object"
 	"github.com/go-git/go-git/v5/plumbing/protocol/packp/capability"
-	"github.com/go-git/go-git/v5/plumbing/transport"
 	"github.com/go-git/go-git/v5/storage"
 	"github.com/go-git/go-git/v5/storage/filesystem"
 	"github.com/go-git/go-git/v5/storage/memory"
@@ -197,21 +196,15 @@ func (r *Repo) Fetch(ctx context.Context) (plumbing.Hash, error) { return r.fetc
 func (r *Repo) Refetch(ctx context.Context) (plumbing.Hash, error) { return r.fetch(ctx, false) }
 
 func (r *Repo) fetch(ctx context.Context, mayCompact bool) (plumbing.Hash, error) {
-	if err := r.begin(ctx, "fetch "+r.url()); err != nil {
+	c, err := r.startCall(ctx, "fetch "+r.url(), r.opts.Timeout)
+	if err != nil {
 		return plumbing.ZeroHash, err
 	}
-	ctx, cancel := context.WithTimeout(ctx, r.opts.Timeout)
-	defer cancel()
-	auth, err := r.auth.Auth()
-	if err != nil {
-		return plumbing.ZeroHash, fmt.Errorf("fetch: %w: %v", ErrAuth, err)
-	}
-	proxyOpts, done := r.callProxy(ctx)
-	defer done()
+	defer c.end()
 	opts := &git.FetchOptions{
-		ProxyOptions: proxyOpts,
+		ProxyOptions: c.proxy,
 		RemoteName:   remoteName,
-		Auth:         auth,
+		Auth:         c.auth,
 		Force:        true,
 		Tags:         git.NoTags,
 		// A ledger branch deleted on the server is deleted here too, not
@@ -224,12 +217,12 @@ func (r *Repo) fetch(ctx context.Context, mayCompact bool) (plumbing.Hash, error
 		// server counts as held here only what the heads' trees hold.
 		opts.Depth = 1
 	}
-	err = r.repo.FetchContext(ctx, opts)
+	err = r.repo.FetchContext(c.ctx, opts)
 	if err != nil && !errors.Is(err, git.NoErrAlreadyUpToDate) {
 		if strings.Contains(err.Error(), "couldn't find remote ref") {
 			return plumbing.ZeroHash, fmt.Errorf("fetch %s: branch %q does not exist", r.url(), r.opts.Branch)
 		}
-		return plumbing.ZeroHash, r.classify(ctx, "fetch "+r.url(), err)
+		return plumbing.ZeroHash, r.classify(c.ctx, "fetch "+r.url(), err)
 	}
 	ref, err := r.repo.Reference(r.trackingRef(), true)
 	if err != nil {
@@ -339,10 +332,8 @@ func (r *Repo) WrittenBytes() int64 {
 
 // pushWalking pushes with go-git's own push, which walks the history to find
 // the objects to send; used for commits this Repo did not write.
-func (r *Repo) pushWalking(ctx context.Context, auth transport.AuthMethod, main, ledger Move) error {
-	proxyOpts, done := r.callProxy(ctx)
-	defer done()
-	opts := &git.PushOptions{RemoteName: remoteName, Auth: auth, ProxyOptions: proxyOpts}
+func (r *Repo) pushWalking(c *call, main, ledger Move) error {
+	opts := &git.PushOptions{RemoteName: remoteName, Auth: c.auth, ProxyOptions: c.proxy}
 	for _, c := range r.commands(main, ledger) {
 		opts.RefSpecs = append(opts.RefSpecs, config.RefSpec(c.New.String()+":"+c.Name.String()))
 		if !c.Old.IsZero() {
@@ -350,7 +341,7 @@ func (r *Repo) pushWalking(ctx context.Context, auth transport.AuthMethod, main,
 		}
 	}
 	opts.Atomic = len(opts.RefSpecs) > 1
-	err := r.repo.PushContext(ctx, opts)
+	err := r.repo.PushContext(c.ctx, opts)
 	if errors.Is(err, git.NoErrAlreadyUpToDate) {
 		return nil
 	}

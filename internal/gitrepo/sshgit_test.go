@@ -2,24 +2,22 @@ package gitrepo
 
 import (
 	"context"
-	"crypto/ed25519"
-	"crypto/rand"
-	"encoding/pem"
 	"errors"
 	"fmt"
 	"io"
 	"net"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
+	"testing/fstest"
 	"time"
 
 	"golang.org/x/crypto/ssh"
 
 	"github.com/tenant-worker/tenant-worker/internal/credentials"
+	"github.com/tenant-worker/tenant-worker/internal/testenv/gitserver"
 )
 
 // sshGit is an SSH server in front of git's own upload-pack and
@@ -43,95 +41,25 @@ func (s *sshGit) muted(service string) bool {
 	return s.mute[service]
 }
 
-func run(t *testing.T, dir string, args ...string) string {
-	t.Helper()
-	cmd := exec.Command("git", args...)
-	cmd.Dir = dir
-	cmd.Env = append(os.Environ(), "GIT_AUTHOR_NAME=a", "GIT_AUTHOR_EMAIL=a@example.com",
-		"GIT_COMMITTER_NAME=a", "GIT_COMMITTER_EMAIL=a@example.com")
-	out, err := cmd.CombinedOutput()
-	if err != nil {
-		t.Fatalf("git %v: %v\n%s", args, err, out)
-	}
-	return strings.TrimSpace(string(out))
-}
-
-func writeFile(t *testing.T, name string, data []byte) {
-	t.Helper()
-	if err := os.MkdirAll(filepath.Dir(name), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(name, data, 0o600); err != nil {
-		t.Fatal(err)
-	}
-}
-
 func startSSHGit(t *testing.T) *sshGit {
 	t.Helper()
-	dir := t.TempDir()
-	s := &sshGit{repo: filepath.Join(dir, "gitops.git"), mute: map[string]bool{}}
-	work := filepath.Join(dir, "work")
-	writeFile(t, filepath.Join(work, "a", "one.yaml"), []byte("one\n"))
-	run(t, work, "init", "-q", "-b", "main")
-	run(t, work, "add", ".")
-	run(t, work, "commit", "-q", "-m", "init")
-	run(t, dir, "clone", "-q", "--bare", work, s.repo)
-
-	hostPub, hostPriv, err := ed25519.GenerateKey(rand.Reader)
-	if err != nil {
+	s := &sshGit{repo: filepath.Join(t.TempDir(), "gitops.git"), mute: map[string]bool{}}
+	if err := gitserver.Git(".", "init", "-q", "--bare", s.repo); err != nil {
 		t.Fatal(err)
 	}
-	hostSigner, err := ssh.NewSignerFromKey(hostPriv)
-	if err != nil {
+	if err := gitserver.Seed(fstest.MapFS{"a/one.yaml": {Data: []byte("one\n")}}, "main", s.repo); err != nil {
 		t.Fatal(err)
 	}
-	_, clientPriv, err := ed25519.GenerateKey(rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	block, err := ssh.MarshalPrivateKey(clientPriv, "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	s.key = filepath.Join(dir, "id")
-	writeFile(t, s.key, pem.EncodeToMemory(block))
-	cfg := &ssh.ServerConfig{PublicKeyCallback: func(ssh.ConnMetadata, ssh.PublicKey) (*ssh.Permissions, error) { return nil, nil }}
-	cfg.AddHostKey(hostSigner)
-
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	s.addr = ln.Addr().String()
-	var mu sync.Mutex
-	var conns []net.Conn
-	t.Cleanup(func() {
-		ln.Close()
-		mu.Lock()
-		defer mu.Unlock()
-		for _, c := range conns {
-			c.Close()
-		}
-	})
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			mu.Lock()
-			conns = append(conns, c)
-			mu.Unlock()
-			go s.serve(c, cfg)
-		}
-	}()
-	pk, err := ssh.NewPublicKey(hostPub)
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, port, _ := net.SplitHostPort(s.addr)
-	s.known = filepath.Join(dir, "known_hosts")
-	writeFile(t, s.known, fmt.Appendf(nil, "[127.0.0.1]:%s %s", port, ssh.MarshalAuthorizedKey(pk)))
+	var host ssh.Signer
+	s.key, s.known, host = sshKeys(t, s.addr)
+	cfg := &ssh.ServerConfig{PublicKeyCallback: func(ssh.ConnMetadata, ssh.PublicKey) (*ssh.Permissions, error) { return nil, nil }}
+	cfg.AddHostKey(host)
+	serveConns(t, ln, func(c net.Conn) { s.serve(c, cfg) })
 	return s
 }
 
@@ -226,8 +154,8 @@ func TestSSHRoundTrip(t *testing.T) {
 			if err := r.Push(ctx, parent, c); err != nil {
 				t.Fatal(err)
 			}
-			if got := run(t, s.repo, "--git-dir", s.repo, "rev-parse", "refs/heads/main"); got != c.String() {
-				t.Fatalf("server at %s, want %s", got, c)
+			if got, err := gitserver.OutputIn(s.repo, "rev-parse", "refs/heads/main"); err != nil || strings.TrimSpace(got) != c.String() {
+				t.Fatalf("server at %s (%v), want %s", got, err, c)
 			}
 			if h, err := r.RemoteHead(ctx); err != nil || h != c {
 				t.Fatalf("remote head %s: %v", h, err)

@@ -588,12 +588,7 @@ func ledgerBacklog(ctx context.Context, o LedgerOptions, api *sqs.Client, h ledg
 	if err != nil {
 		return b, err
 	}
-	stopped := false
-	defer func() {
-		if !stopped {
-			w.stop()
-		}
-	}()
+	defer w.stop()
 	deadline := time.Now().Add(10*time.Minute + time.Duration(n)*30*time.Millisecond)
 	last, moved := -1, time.Now()
 	for w.count(logApplied) < n {
@@ -633,7 +628,6 @@ func ledgerBacklog(ctx context.Context, o LedgerOptions, api *sqs.Client, h ledg
 	}
 	if !o.NoPeer && !o.BacklogDeployments && b.FirstPerSecond > 0 {
 		w.stop() // nothing of the worker runs beside the replay
-		stopped = true
 		for _, squash := range []bool{false, true} {
 			p, err := replayPushes(h, name, strings.TrimSpace(seed), maxBatch(), b.Window, squash, progress)
 			if err != nil {

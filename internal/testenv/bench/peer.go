@@ -3,7 +3,6 @@ package bench
 import (
 	"fmt"
 	"io"
-	"os"
 	"os/exec"
 	"strings"
 	"time"
@@ -141,14 +140,11 @@ func squashed(gitDir, parent string, tips []string, msg string) ([]string, error
 		if parent != "" {
 			args = append(args, "-p", parent)
 		}
-		cmd := exec.Command("git", append([]string{"--git-dir", gitDir}, args...)...)
-		cmd.Env = append(os.Environ(), "GIT_AUTHOR_NAME=bench", "GIT_AUTHOR_EMAIL=bench@example.com",
-			"GIT_COMMITTER_NAME=bench", "GIT_COMMITTER_EMAIL=bench@example.com")
-		c, err := cmd.Output()
+		c, err := gitserver.OutputIn(gitDir, args...)
 		if err != nil {
-			return nil, fmt.Errorf("git commit-tree: %w", err)
+			return nil, err
 		}
-		out[i] = strings.TrimSpace(string(c))
+		out[i] = strings.TrimSpace(c)
 		parent = out[i]
 	}
 	return out, nil

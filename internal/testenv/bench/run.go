@@ -316,6 +316,7 @@ type worker struct {
 	// line whose message markedMessages names arrived, by message.
 	scanned int
 	marks   map[string][]time.Time
+	stopped sync.Once
 }
 
 func (w *worker) Write(p []byte) (int, error) {
@@ -419,7 +420,11 @@ func (w *worker) tail() string {
 	return s[max(0, len(s)-2000):]
 }
 
-func (w *worker) stop() {
+// stop stops the worker, once however often it is called, and appends its
+// log to BENCH_WORKER_LOG when that is set.
+func (w *worker) stop() { w.stopped.Do(w.stopOnce) }
+
+func (w *worker) stopOnce() {
 	_ = w.cmd.Process.Signal(os.Interrupt)
 	done := make(chan struct{})
 	go func() { _ = w.cmd.Wait(); close(done) }()

@@ -274,13 +274,14 @@ func Seed(seed fs.FS, branch, remote string, config ...string) error {
 }
 
 // git runs the git command line with a fixed identity.
+// identity is who the commits git makes here are by.
+var identity = []string{"GIT_AUTHOR_NAME=seed", "GIT_AUTHOR_EMAIL=seed@example.com",
+	"GIT_COMMITTER_NAME=seed", "GIT_COMMITTER_EMAIL=seed@example.com"}
+
 func git(dir string, args ...string) error {
 	cmd := exec.Command("git", args...)
 	cmd.Dir = dir
-	cmd.Env = append(os.Environ(),
-		"GIT_AUTHOR_NAME=seed", "GIT_AUTHOR_EMAIL=seed@example.com",
-		"GIT_COMMITTER_NAME=seed", "GIT_COMMITTER_EMAIL=seed@example.com",
-		"GIT_CONFIG_NOSYSTEM=1", "HOME="+os.TempDir())
+	cmd.Env = append(append(os.Environ(), identity...), "GIT_CONFIG_NOSYSTEM=1", "HOME="+os.TempDir())
 	if out, err := cmd.CombinedOutput(); err != nil {
 		return fmt.Errorf("git %s: %w: %s", strings.Join(args, " "), err, out)
 	}
@@ -296,9 +297,11 @@ func (s *Server) Output(name string, args ...string) (string, error) {
 	return OutputIn(s.RepoPath(name), args...)
 }
 
-// OutputIn runs a git command against the bare repository at gitDir.
+// OutputIn runs a git command against the bare repository at gitDir (one
+// that writes a commit, such as commit-tree, writes it as the seed's).
 func OutputIn(gitDir string, args ...string) (string, error) {
 	cmd := exec.Command("git", append([]string{"--git-dir", gitDir}, args...)...)
+	cmd.Env = append(os.Environ(), identity...)
 	out, err := cmd.CombinedOutput()
 	if err != nil {
 		return "", fmt.Errorf("git %s: %w: %s", strings.Join(args, " "), err, out)

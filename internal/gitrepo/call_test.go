@@ -30,8 +30,28 @@ func silentServer(t *testing.T) (addr string, accepted <-chan struct{}) {
 		t.Fatal(err)
 	}
 	ch := make(chan struct{}, 16)
+	serveConns(t, ln, func(net.Conn) {
+		select {
+		case ch <- struct{}{}:
+		default:
+		}
+	})
+	return ln.Addr().String(), ch
+}
+
+// serveConns accepts ln's connections until the test ends, hands each to
+// handle in a goroutine of its own, and then closes ln and them all.
+func serveConns(t *testing.T, ln net.Listener, handle func(net.Conn)) {
 	var mu sync.Mutex
 	var conns []net.Conn
+	t.Cleanup(func() {
+		ln.Close()
+		mu.Lock()
+		defer mu.Unlock()
+		for _, c := range conns {
+			c.Close()
+		}
+	})
 	go func() {
 		for {
 			c, err := ln.Accept()
@@ -41,53 +61,49 @@ func silentServer(t *testing.T) (addr string, accepted <-chan struct{}) {
 			mu.Lock()
 			conns = append(conns, c)
 			mu.Unlock()
-			select {
-			case ch <- struct{}{}:
-			default:
-			}
+			go handle(c)
 		}
 	}()
-	t.Cleanup(func() {
-		ln.Close()
-		mu.Lock()
-		defer mu.Unlock()
-		for _, c := range conns {
-			c.Close()
-		}
-	})
-	return ln.Addr().String(), ch
+}
+
+// sshKeys makes, in a fresh folder, a client key file and a known_hosts
+// file that pins a new host key for addr, and returns them with that host
+// key, for a server to present.
+func sshKeys(t *testing.T, addr string) (keyFile, known string, host ssh.Signer) {
+	t.Helper()
+	dir := t.TempDir()
+	_, clientPriv, err := ed25519.GenerateKey(rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	block, err := ssh.MarshalPrivateKey(clientPriv, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	keyFile = filepath.Join(dir, "id")
+	if err := os.WriteFile(keyFile, pem.EncodeToMemory(block), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	_, hostPriv, err := ed25519.GenerateKey(rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if host, err = ssh.NewSignerFromKey(hostPriv); err != nil {
+		t.Fatal(err)
+	}
+	_, port, _ := net.SplitHostPort(addr)
+	known = filepath.Join(dir, "known_hosts")
+	if err := os.WriteFile(known, fmt.Appendf(nil, "[127.0.0.1]:%s %s", port, ssh.MarshalAuthorizedKey(host.PublicKey())), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return keyFile, known, host
 }
 
 // sshRepo is a Repo whose remote is an SSH URL at addr, pinned to a host
 // key the silent server never shows.
 func sshRepo(t *testing.T, addr string, timeout time.Duration) *Repo {
 	t.Helper()
-	dir := t.TempDir()
-	_, priv, err := ed25519.GenerateKey(rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	block, err := ssh.MarshalPrivateKey(priv, "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	keyFile := filepath.Join(dir, "id")
-	if err := os.WriteFile(keyFile, pem.EncodeToMemory(block), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	hostPub, _, err := ed25519.GenerateKey(rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	pk, err := ssh.NewPublicKey(hostPub)
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, port, _ := net.SplitHostPort(addr)
-	known := filepath.Join(dir, "known_hosts")
-	if err := os.WriteFile(known, fmt.Appendf(nil, "[127.0.0.1]:%s %s", port, ssh.MarshalAuthorizedKey(pk)), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	keyFile, known, _ := sshKeys(t, addr)
 	creds, err := credentials.SSHKeyFile("git", addr, keyFile, "", known, nil)
 	if err != nil {
 		t.Fatal(err)

@@ -8,10 +8,36 @@ import (
 	"strconv"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/go-git/go-git/v5/plumbing/transport"
 	"golang.org/x/net/proxy"
 )
+
+// call is one network call to the server: its context, bounded by its
+// timeout, its credentials, and the proxy options that tie an SSH
+// connection to that context. end releases it.
+type call struct {
+	ctx   context.Context
+	auth  transport.AuthMethod
+	proxy transport.ProxyOptions
+	end   func()
+}
+
+// startCall starts a call named op (such as "fetch <url>") within timeout.
+// A call whose context has already ended asks nothing of the server.
+func (r *Repo) startCall(ctx context.Context, op string, timeout time.Duration) (*call, error) {
+	if err := r.begin(ctx, op); err != nil {
+		return nil, err
+	}
+	auth, err := r.auth.Auth()
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w: %v", op, ErrAuth, err)
+	}
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	proxy, forget := r.callProxy(ctx)
+	return &call{ctx: ctx, auth: auth, proxy: proxy, end: func() { forget(); cancel() }}, nil
+}
 
 // go-git dials SSH with a context of its own (bounded only by the client
 // config's timeout, and only for the TCP connect), then runs the SSH
