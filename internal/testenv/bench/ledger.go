@@ -635,6 +635,13 @@ func ledgerBacklog(ctx context.Context, o LedgerOptions, api *sqs.Client, h ledg
 			}
 			b.Peers = append(b.Peers, p)
 		}
+		for _, records := range []recordLayout{recordsPerPush, recordsIn16s, recordsIn256s} {
+			p, err := boundedPushes(h, name, strings.TrimSpace(seed), n, maxBatch(), b.Window, records, progress)
+			if err != nil {
+				return b, fmt.Errorf("the git CLI's pushes of the same size (records: %s): %w", records, err)
+			}
+			b.Peers = append(b.Peers, p)
+		}
 	}
 	return b, nil
 }
@@ -704,15 +711,22 @@ func LedgerTable(r *LedgerResult) string {
 	if l := r.Backlog; l != nil {
 		for _, p := range l.Peers {
 			what := "the git CLI pushing the worker's commits again"
-			if p.Squashed {
+			switch {
+			case p.Squashed:
 				what = "the same trees, one commit per push and branch"
+			case p.Bounded:
+				what = "the git CLI adding as many tenants, the same every push, the ledger's records in " + p.Records
 			}
 			fmt.Fprintf(&b, "| %s, %d pushes, no worker running | %d | %d | %.1f | %.0f | %s | %.0f | %.0f | %.2f | %s | - | - |\n",
 				what, p.Pushes, l.Tenants, l.Messages, p.Seconds, p.PerSecond, yes(p.PerSecond >= 100), p.FirstPerSecond, p.LastPerSecond, p.LastOverFirst, yes(p.LastOverFirst >= 1))
 		}
 		for _, p := range l.Peers {
-			fmt.Fprintf(&b, "\nthe git CLI's replay (squashed: %v), per push, first window / last: %.0f / %.0f ms, of which git's client writing the pack %.0f / %.0f ms (timed apart)",
-				p.Squashed, p.PushFirstMS, p.PushLastMS, p.PackFirstMS, p.PackLastMS)
+			what := fmt.Sprintf("the git CLI's replay (squashed: %v)", p.Squashed)
+			if p.Bounded {
+				what = "the git CLI's pushes of the same tenants and records, records in " + p.Records
+			}
+			fmt.Fprintf(&b, "\n%s, per push, first window / last: %.0f / %.0f ms, of which git's client writing the pack %.0f / %.0f ms (timed apart), a pack of %.0f / %.0f KB",
+				what, p.PushFirstMS, p.PushLastMS, p.PackFirstMS, p.PackLastMS, p.PackFirstKB, p.PackLastKB)
 		}
 		if len(l.Peers) > 0 {
 			b.WriteString("\n")

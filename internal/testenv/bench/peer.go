@@ -30,12 +30,21 @@ import (
 // instead of one per message: what the server's work per push would be
 // for a client that made a batch one commit.
 type PeerReplay struct {
-	Squashed       bool    `json:"squashed"`
-	Pushes         int     `json:"pushes"`
-	PushFirstMS    float64 `json:"push_first_window_ms"`
-	PushLastMS     float64 `json:"push_last_window_ms"`
-	PackFirstMS    float64 `json:"pack_first_window_ms"`
-	PackLastMS     float64 `json:"pack_last_window_ms"`
+	Squashed bool `json:"squashed"`
+	// Bounded: not the worker's history but boundedPushes', made to carry
+	// the same at every push.
+	Bounded bool `json:"bounded_synthetic,omitempty"`
+	// Records is where boundedPushes put the ledger's records.
+	Records     string  `json:"bounded_records,omitempty"`
+	Pushes      int     `json:"pushes"`
+	PushFirstMS float64 `json:"push_first_window_ms"`
+	PushLastMS  float64 `json:"push_last_window_ms"`
+	PackFirstMS float64 `json:"pack_first_window_ms"`
+	PackLastMS  float64 `json:"pack_last_window_ms"`
+	// PackFirstKB and PackLastKB are the mean size of a push's pack in
+	// the first and the last window.
+	PackFirstKB    float64 `json:"pack_first_window_kb"`
+	PackLastKB     float64 `json:"pack_last_window_kb"`
 	Seconds        float64 `json:"seconds"`
 	PerSecond      float64 `json:"messages_per_second"`
 	FirstPerSecond float64 `json:"first_window_per_second"`
@@ -87,7 +96,7 @@ func replayPushes(h ledgerHost, name, seed string, batch, window int, squash boo
 	}
 	fmt.Fprintf(progress, "bench (ledger, %s): the git CLI pushes the worker's %d commits again, %d pushes (squashed: %v)\n", h.name, len(mains), pushes, squash)
 	took := make([]time.Duration, pushes)
-	packed := make([]time.Duration, pushes)
+	packed := make([]packStat, pushes)
 	prev, prevLedger := seed, ""
 	for k := range pushes {
 		tip, ledgerTip := tips[k], ledgerTips[k]
@@ -105,28 +114,8 @@ func replayPushes(h ledgerHost, name, seed string, batch, window int, squash boo
 		}
 		took[k] = time.Since(start)
 	}
-	r := &PeerReplay{Squashed: squash, Pushes: pushes}
-	var total time.Duration
-	for _, d := range took {
-		total += d
-	}
-	r.Seconds = total.Seconds()
-	r.PerSecond = float64(len(mains)) / r.Seconds
-	k := window / batch // pushes per window
-	var first, last, packFirst, packLast time.Duration
-	for i := range k {
-		first += took[i]
-		last += took[pushes-1-i]
-		packFirst += packed[i]
-		packLast += packed[pushes-1-i]
-	}
-	ms := func(d time.Duration) float64 { return float64(d) / float64(k) / float64(time.Millisecond) }
-	r.PushFirstMS, r.PushLastMS, r.PackFirstMS, r.PackLastMS = ms(first), ms(last), ms(packFirst), ms(packLast)
-	// The last push may carry fewer messages than a batch: count them.
-	lastMessages := len(mains) - (pushes-k)*batch
-	r.FirstPerSecond = float64(k*batch) / first.Seconds()
-	r.LastPerSecond = float64(lastMessages) / last.Seconds()
-	r.LastOverFirst = r.LastPerSecond / r.FirstPerSecond
+	r := peerRates(took, packed, len(mains), batch, window)
+	r.Squashed = squash
 	return r, nil
 }
 
@@ -150,19 +139,35 @@ func squashed(gitDir, parent string, tips []string, msg string) ([]string, error
 	return out, nil
 }
 
+// packStat is git writing one push's pack: how long it took, how big.
+type packStat struct {
+	took  time.Duration
+	bytes int64
+}
+
 // packTime times git writing the pack of revs (as rev-list takes them) in
-// the bare repository at gitDir, as a push of them would, to nowhere.
-func packTime(gitDir string, revs []string) (time.Duration, error) {
+// the bare repository at gitDir, as a push of them would, to nowhere, and
+// counts its bytes.
+func packTime(gitDir string, revs []string) (packStat, error) {
 	cmd := exec.Command("git", "--git-dir", gitDir, "pack-objects", "--revs", "--stdout", "-q")
 	cmd.Stdin = strings.NewReader(strings.Join(revs, "\n") + "\n")
-	cmd.Stdout = io.Discard
+	var n countWriter
+	cmd.Stdout = &n
 	var stderr strings.Builder
 	cmd.Stderr = &stderr
 	start := time.Now()
 	if err := cmd.Run(); err != nil {
-		return 0, fmt.Errorf("git pack-objects: %w: %s", err, stderr.String())
+		return packStat{}, fmt.Errorf("git pack-objects: %w: %s", err, stderr.String())
 	}
-	return time.Since(start), nil
+	return packStat{took: time.Since(start), bytes: int64(n)}, nil
+}
+
+// countWriter counts what is written to it.
+type countWriter int64
+
+func (c *countWriter) Write(p []byte) (int, error) {
+	*c += countWriter(len(p))
+	return len(p), nil
 }
 
 // revList is the first-parent history of rev in the bare repository at

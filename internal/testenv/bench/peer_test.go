@@ -3,6 +3,7 @@ package bench
 import (
 	"fmt"
 	"io"
+	"path"
 	"strings"
 	"testing"
 
@@ -70,4 +71,131 @@ func TestReplayPushesTheSameHistory(t *testing.T) {
 			}
 		}
 	}
+}
+
+// TestBoundedPushesAddTheSameEveryTime: the bounded peer's pushes each add
+// a batch of tenants, rendered like the seed's, in a new folder per tier,
+// and the batch's records and message ids to the ledger branch, in one
+// push of both branches, every push about the same size.
+func TestBoundedPushesAddTheSameEveryTime(t *testing.T) {
+	srv, h, seed := boundedSource(t)
+	const messages, batch = 120, 30
+	r, err := boundedPushes(h, "src.git", seed, messages, batch, 2*batch, recordsPerPush, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("bounded peer: %+v", *r)
+	if !r.Bounded || r.Pushes != messages/batch || r.LastOverFirst <= 0 {
+		t.Errorf("bounded peer: %+v, want %d pushes and rates", r, messages/batch)
+	}
+	// Every push the same size, give or take a line of the tiers' lists.
+	if r.PackFirstKB <= 0 || r.PackLastKB > 1.1*r.PackFirstKB || r.PackLastKB < r.PackFirstKB/1.1 {
+		t.Errorf("bounded peer's packs: %.1f KB first, %.1f KB last, want about the same", r.PackFirstKB, r.PackLastKB)
+	}
+	_, _, _, tiers, err := tenantTemplate(srv.RepoPath("src.git"), seed)
+	if err != nil || len(tiers) < 2 {
+		t.Fatalf("tiers %v: %v", tiers, err)
+	}
+	peer := "ledger-peer-bounded-per-push.git"
+	files, err := srv.Output(peer, "ls-tree", "-r", "--name-only", "main")
+	if err != nil {
+		t.Fatal(err)
+	}
+	perFolder := map[string]int{}
+	for _, p := range strings.Fields(files) {
+		if strings.Contains(p, "/bounded-") && !strings.HasSuffix(p, "/kustomization.yaml") {
+			perFolder[path.Dir(p)]++
+		}
+	}
+	added := 0
+	for dir, n := range perFolder {
+		added += n
+		if n != batch/len(tiers) {
+			t.Errorf("%s holds %d tenants, want %d", dir, n, batch/len(tiers))
+		}
+	}
+	if added != messages || len(perFolder) != len(tiers)*r.Pushes {
+		t.Errorf("%d tenant files added in %d folders, want %d in %d", added, len(perFolder), messages, len(tiers)*r.Pushes)
+	}
+	// Each added tenant's file is the seed's, for its own id.
+	seedFile, err := srv.Output("src.git", "show", "main:"+seeded(t, srv, "src.git", "seed-1.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := srv.Output(peer, "show", "main:"+seeded(t, srv, peer, "bounded-1-0.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := strings.ReplaceAll(seedFile, "seed-1", "bounded-1-0"); got != want || !strings.Contains(got, "bounded-1-0") {
+		t.Errorf("bounded-1-0's file:\n%s\nwant the seed's for its id:\n%s", got, want)
+	}
+	records, err := srv.Output(peer, "grep", "-h", "-e", "^tenant/", "-e", "^release/", ledgerBranch, "--", "records")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := strings.Count(records, "\n"); n != 2*messages {
+		t.Errorf("%d ledger records, want %d", n, 2*messages)
+	}
+	// Grouped, the same records are in groups by key, a file each.
+	for layout, depth := range map[recordLayout]int{recordsIn16s: 4, recordsIn256s: 2} {
+		if _, err := boundedPushes(h, "src.git", seed, messages, batch, 2*batch, layout, io.Discard); err != nil {
+			t.Fatal(err)
+		}
+		peer = "ledger-peer-bounded-" + layout.name() + ".git"
+		if records, err = srv.Output(peer, "grep", "-h", "-e", "^tenant/", "-e", "^release/", ledgerBranch, "--", "targets"); err != nil {
+			t.Fatal(err)
+		}
+		if n := strings.Count(records, "\n"); n != 2*messages {
+			t.Errorf("%s: %d ledger records, want %d", layout, n, 2*messages)
+		}
+		groups, err := srv.Output(peer, "ls-tree", "-r", "--name-only", ledgerBranch, "--", "targets")
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, g := range strings.Fields(groups) {
+			if strings.Count(g, "/") != depth {
+				t.Errorf("%s: record group %s", layout, g)
+			}
+		}
+		if n := len(strings.Fields(groups)); n < messages/2 {
+			t.Errorf("%s: %d groups for %d records", layout, n, messages)
+		}
+	}
+}
+
+// seeded is the path on main of the one file named base in repo.
+func seeded(t *testing.T, srv *gitserver.Server, repo, base string) string {
+	t.Helper()
+	out, err := srv.Output(repo, "ls-tree", "-r", "--name-only", "main")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range strings.Fields(out) {
+		if path.Base(p) == base {
+			return p
+		}
+	}
+	t.Fatalf("no %s in %s", base, repo)
+	return ""
+}
+
+// boundedSource is git's server holding src.git, seeded with 3 tenants,
+// its host, and the seed's commit: what boundedPushes starts from.
+func boundedSource(t *testing.T) (*gitserver.Server, ledgerHost, string) {
+	t.Helper()
+	srv, err := gitserver.Start(t.TempDir(), "127.0.0.1:0", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { srv.Close() })
+	if err := seedRepoWith(srv, "src.git", 3, seedSpec{Tiers: []string{"basic", "premium"}}); err != nil {
+		t.Fatal(err)
+	}
+	out, err := srv.Output("src.git", "rev-parse", "main")
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := ledgerHost{name: "http-backend", srv: srv, repo: func(k string) string { return k + ".git" },
+		url: srv.RepoURL, path: srv.RepoPath, pushURL: srv.RepoURL}
+	return srv, h, strings.TrimSpace(out)
 }

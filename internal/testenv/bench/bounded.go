@@ -1,0 +1,318 @@
+package bench
+
+import (
+	"bufio"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path"
+	"path/filepath"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/tenant-worker/tenant-worker/internal/gitops"
+	"github.com/tenant-worker/tenant-worker/internal/ledger"
+	"github.com/tenant-worker/tenant-worker/internal/testenv/gitserver"
+)
+
+// boundedPushes is the git command line pushing, to a fresh repository on
+// h, a history made to carry the same at every push: from the worker's
+// seed (its tenants, untimed), each push adds batch new tenants (the last
+// what is left of messages), one file each as the worker renders them, in
+// a new folder per tier with its kustomization (listed in the tier's), and
+// moves the ledger branch in the same atomic push with the same records:
+// a file of the push's message ids, and the two records each onboarding
+// leaves in the worker's ledger (the tenant's and its release's), keyed as
+// the worker keys them. What still makes its last pushes slower than its
+// first is the server's work growing with the repository (its files,
+// history and packs), which no client's layout removes.
+//
+// records says where the records go: with recordsPerPush in one file per
+// push, and every push is about the same size; in groups by key, as the
+// worker's ledger keeps them, each push rewrites a group file and its
+// folders per record, and those grow as the groups fill.
+func boundedPushes(h ledgerHost, name, seed string, messages, batch, window int, records recordLayout, progress io.Writer) (*PeerReplay, error) {
+	src := h.path(name)
+	if messages < 2*window || window < batch {
+		return nil, fmt.Errorf("bounded peer: %d messages for windows of %d and pushes of %d", messages, window, batch)
+	}
+	tmpl, seedID, tenants, tiers, err := tenantTemplate(src, seed)
+	if err != nil {
+		return nil, err
+	}
+	dir, err := os.MkdirTemp("", "bounded-peer-")
+	if err != nil {
+		return nil, err
+	}
+	defer os.RemoveAll(dir)
+	work := filepath.Join(dir, "work.git")
+	if _, err := gitserver.OutputIn(dir, "init", "-q", "--bare", work); err != nil {
+		return nil, err
+	}
+	// The seed's objects are read from the worker's repository.
+	if err := os.WriteFile(filepath.Join(work, "objects", "info", "alternates"), []byte(filepath.Join(src, "objects")+"\n"), 0o644); err != nil {
+		return nil, err
+	}
+	pushes := (messages + batch - 1) / batch
+	tips, ledgerTips, err := boundedHistory(work, seed, tmpl, seedID, tenants, tiers, messages, batch, records)
+	if err != nil {
+		return nil, err
+	}
+	peer := h.repo("ledger-peer-bounded-" + records.name())
+	if err := seedRepoLaid(h.srv, peer, 0, gitops.Layout{}); err != nil {
+		return nil, fmt.Errorf("create %s: %w", peer, err)
+	}
+	to := h.pushURL(peer)
+	if err := pushFrom(work, to, h.token, "--force", "--atomic", tips[0]+":refs/heads/main", ledgerTips[0]+":refs/heads/"+ledgerBranch); err != nil {
+		return nil, err
+	}
+	fmt.Fprintf(progress, "bench (ledger, %s): the git CLI pushes %d new tenants, %d pushes of the same size (records: %s)\n", h.name, messages, pushes, records)
+	took, packed := make([]time.Duration, pushes), make([]packStat, pushes)
+	for k := 1; k <= pushes; k++ {
+		if packed[k-1], err = packTime(work, []string{tips[k], ledgerTips[k], "^" + tips[k-1], "^" + ledgerTips[k-1]}); err != nil {
+			return nil, err
+		}
+		start := time.Now()
+		if err := pushFrom(work, to, h.token, "--atomic", "--no-thin", tips[k]+":refs/heads/main", ledgerTips[k]+":refs/heads/"+ledgerBranch); err != nil {
+			return nil, fmt.Errorf("push %d of %d: %w", k, pushes, err)
+		}
+		took[k-1] = time.Since(start)
+		if k%10 == 0 || k == pushes {
+			fmt.Fprintf(progress, "bench (ledger, %s): bounded push %d of %d: %d ms\n", h.name, k, pushes, took[k-1].Milliseconds())
+		}
+	}
+	r := peerRates(took, packed, messages, batch, window)
+	r.Bounded, r.Records = true, records.String()
+	return r, nil
+}
+
+// peerRates fills a PeerReplay from each push's time and its pack's, for
+// pushes of batch messages (the last may hold fewer) and windows of window
+// messages.
+func peerRates(took []time.Duration, packed []packStat, messages, batch, window int) *PeerReplay {
+	pushes := len(took)
+	r := &PeerReplay{Pushes: pushes}
+	var total time.Duration
+	for _, d := range took {
+		total += d
+	}
+	r.Seconds = total.Seconds()
+	r.PerSecond = float64(messages) / r.Seconds
+	k := window / batch // pushes per window
+	var first, last, packFirst, packLast time.Duration
+	var bytesFirst, bytesLast int64
+	for i := range k {
+		first += took[i]
+		last += took[pushes-1-i]
+		packFirst += packed[i].took
+		packLast += packed[pushes-1-i].took
+		bytesFirst += packed[i].bytes
+		bytesLast += packed[pushes-1-i].bytes
+	}
+	ms := func(d time.Duration) float64 { return float64(d) / float64(k) / float64(time.Millisecond) }
+	r.PushFirstMS, r.PushLastMS, r.PackFirstMS, r.PackLastMS = ms(first), ms(last), ms(packFirst), ms(packLast)
+	r.PackFirstKB, r.PackLastKB = float64(bytesFirst)/float64(k)/1024, float64(bytesLast)/float64(k)/1024
+	// The last push may carry fewer messages than a batch: count them.
+	lastMessages := messages - (pushes-k)*batch
+	r.FirstPerSecond = float64(k*batch) / first.Seconds()
+	r.LastPerSecond = float64(lastMessages) / last.Seconds()
+	r.LastOverFirst = r.LastPerSecond / r.FirstPerSecond
+	return r
+}
+
+// tenantTemplate finds, in the seed's tree, the file of one seeded tenant,
+// and returns its content, that tenant's id, the tenants' folder and its
+// tiers (the folders in it).
+func tenantTemplate(gitDir, seed string) (content, id, tenants string, tiers []string, err error) {
+	out, err := gitserver.OutputIn(gitDir, "ls-tree", "-r", "--name-only", seed)
+	if err != nil {
+		return "", "", "", nil, err
+	}
+	file := ""
+	for _, p := range strings.Fields(out) {
+		if strings.HasPrefix(path.Base(p), "seed-1.") && strings.Contains(p, "/tenants/") {
+			file = p
+			tenants = p[:strings.LastIndex(p, "/tenants/")+len("/tenants")]
+			break
+		}
+	}
+	if file == "" {
+		return "", "", "", nil, fmt.Errorf("bounded peer: no seeded tenant file in %s", seed)
+	}
+	seen := map[string]bool{}
+	for _, p := range strings.Fields(out) {
+		rel, ok := strings.CutPrefix(p, tenants+"/")
+		if tier, _, sub := strings.Cut(rel, "/"); ok && sub && !seen[tier] {
+			seen[tier] = true
+			tiers = append(tiers, tier)
+		}
+	}
+	content, err = gitserver.OutputIn(gitDir, "cat-file", "blob", seed+":"+file)
+	if err != nil {
+		return "", "", "", nil, err
+	}
+	sort.Strings(tiers)
+	return content, "seed-1", tenants, tiers, nil
+}
+
+// boundedHistory writes, with git fast-import in the bare repository work,
+// a commit on the branch from seed per batch of the messages tenants (the
+// last one with what is left) and as many on a new ledger branch (its
+// first holds nothing but a marker), and returns the tips: the seed and
+// each push's commit, the ledger's first and each push's.
+func boundedHistory(work, seed, tmpl, seedID, tenants string, tiers []string, messages, batch int, layout recordLayout) (tips, ledgerTips []string, err error) {
+	tierLists := map[string]string{} // a tier's kustomization
+	for _, tier := range tiers {
+		p := path.Join(tenants, tier, "kustomization.yaml")
+		if tierLists[tier], err = gitserver.OutputIn(work, "cat-file", "blob", seed+":"+p); err != nil {
+			return nil, nil, err
+		}
+	}
+	cmd := exec.Command("git", "--git-dir", work, "fast-import", "--quiet", "--export-marks="+filepath.Join(work, "marks"))
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	in, err := cmd.StdinPipe()
+	if err != nil {
+		return nil, nil, err
+	}
+	if err := cmd.Start(); err != nil {
+		return nil, nil, err
+	}
+	w := bufio.NewWriterSize(in, 1<<20)
+	data := func(s string) { fmt.Fprintf(w, "data %d\n%s\n", len(s), s) }
+	file := func(p, s string) { fmt.Fprintf(w, "M 100644 inline %s\n", p); data(s) }
+	when := 1_700_000_000
+	commit := func(ref string, mark int, msg, from string) {
+		fmt.Fprintf(w, "commit %s\nmark :%d\ncommitter bench <bench@example.com> %d +0000\n", ref, mark, when)
+		when++
+		data(msg)
+		if from != "" {
+			fmt.Fprintf(w, "from %s\n", from)
+		}
+	}
+	const ledgerRef = "refs/heads/ledger"
+	commit(ledgerRef, 1, "ledger", "")
+	file("README", "ledger of the bounded peer\n")
+	groups := map[string][]string{} // a record group's records
+	pushes := (messages + batch - 1) / batch
+	for k := 1; k <= pushes; k++ {
+		from := ""
+		if k == 1 {
+			from = seed
+		}
+		commit("refs/heads/main", 2*k, fmt.Sprintf("batch %d", k), from)
+		folder := fmt.Sprintf("bounded-%04d", k)
+		listed := map[string][]string{} // a tier's new tenants' files
+		var ids, records []string
+		for i := range min(batch, messages-(k-1)*batch) {
+			id := fmt.Sprintf("bounded-%d-%d", k, i)
+			tier := tiers[i%len(tiers)]
+			ids = append(ids, id)
+			// The two records an onboarding leaves, as the worker keys
+			// them: the tenant's tier and its release in that tier.
+			records = append(records, fmt.Sprintf("%s %d000 %s", ledger.Tenant(id), when, tier),
+				fmt.Sprintf("%s %d000 0.0", ledger.ReleaseIn(tier, id), when))
+			listed[tier] = append(listed[tier], id+".yaml")
+			file(path.Join(tenants, tier, folder, id+".yaml"), strings.ReplaceAll(tmpl, seedID, id))
+		}
+		for tier, files := range listed {
+			file(path.Join(tenants, tier, folder, "kustomization.yaml"), kustomizationOf(files))
+			tierLists[tier] = strings.TrimRight(tierLists[tier], "\n") + "\n  - " + folder + "\n"
+			file(path.Join(tenants, tier, "kustomization.yaml"), tierLists[tier])
+		}
+		commit(ledgerRef, 2*k+1, fmt.Sprintf("ledger %d", k), "")
+		if layout == recordsPerPush {
+			file(path.Join("records", folder), strings.Join(records, "\n")+"\n")
+		} else {
+			changed := map[string]bool{}
+			for _, r := range records {
+				key, _, _ := strings.Cut(r, " ")
+				g := layout.group(key)
+				groups[g] = append(groups[g], r)
+				changed[g] = true
+			}
+			for g := range changed {
+				file(g, "# tenant-worker ledger: targets whose key's sha256 starts "+strings.ReplaceAll(strings.TrimPrefix(g, "targets/"), "/", "")+
+					": key, send time (Unix ms, SQS SentTimestamp) of the last message applied to it, value\n"+strings.Join(groups[g], "\n")+"\n")
+			}
+		}
+		file(path.Join("messages", folder), strings.Join(ids, "\n")+"\n")
+	}
+	err = w.Flush()
+	in.Close()
+	if werr := cmd.Wait(); werr != nil || err != nil {
+		return nil, nil, fmt.Errorf("git fast-import: %w: %s", errors.Join(err, werr), stderr.String())
+	}
+	marks, err := os.ReadFile(filepath.Join(work, "marks"))
+	if err != nil {
+		return nil, nil, err
+	}
+	byMark := map[string]string{}
+	for _, l := range strings.Split(strings.TrimSpace(string(marks)), "\n") {
+		if m, sha, ok := strings.Cut(l, " "); ok {
+			byMark[m] = sha
+		}
+	}
+	tips, ledgerTips = []string{seed}, []string{byMark[":1"]}
+	for k := 1; k <= pushes; k++ {
+		tips = append(tips, byMark[fmt.Sprintf(":%d", 2*k)])
+		ledgerTips = append(ledgerTips, byMark[fmt.Sprintf(":%d", 2*k+1)])
+	}
+	return tips, ledgerTips, nil
+}
+
+// kustomizationOf is a kustomization listing files.
+func kustomizationOf(files []string) string {
+	var b strings.Builder
+	b.WriteString("apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nresources:\n")
+	for _, f := range files {
+		fmt.Fprintf(&b, "  - %s\n", f)
+	}
+	return b.String()
+}
+
+// recordLayout is where boundedPushes puts the ledger's records.
+type recordLayout int
+
+const (
+	// recordsPerPush: one file of each push's records.
+	recordsPerPush recordLayout = iota
+	// recordsIn16s: each record in the group of its key's hash, as the
+	// worker's ledger keeps them, targets/<h0>/<h1>/<h2>/<h3> (65,536
+	// files in folders of at most 16, 4,369 folders when all are there).
+	recordsIn16s
+	// recordsIn256s: the same groups as the worker's ledger kept them
+	// before 2026-12-05, targets/<h0h1>/<h2h3> (257 folders, of up to 256
+	// entries).
+	recordsIn256s
+)
+
+func (l recordLayout) String() string {
+	switch l {
+	case recordsIn16s:
+		return "targets/<h0>/<h1>/<h2>/<h3>"
+	case recordsIn256s:
+		return "targets/<h0h1>/<h2h3>"
+	}
+	return "a file per push"
+}
+
+// name is the layout in a repository's name.
+func (l recordLayout) name() string {
+	return [...]string{"per-push", "16s", "256s"}[l]
+}
+
+// group is the file of key's records.
+func (l recordLayout) group(key string) string {
+	sum := sha256.Sum256([]byte(key))
+	h := hex.EncodeToString(sum[:2])
+	if l == recordsIn256s {
+		return path.Join("targets", h[:2], h[2:])
+	}
+	return path.Join("targets", h[0:1], h[1:2], h[2:3], h[3:4])
+}
