@@ -267,6 +267,15 @@ func (h *harness) launchInProcess() {
 	if err != nil {
 		h.t.Fatal(err)
 	}
+	// The archives' port, chosen free and closed when the test set it, is
+	// taken again before the status page's: an ephemeral port for the
+	// status page could otherwise be that very port.
+	var artifactLn net.Listener
+	if opts.ArtifactAddr != "" {
+		if artifactLn, err = net.Listen("tcp", opts.ArtifactAddr); err != nil {
+			h.t.Fatalf("ARTIFACT_ADDR: %v", err)
+		}
+	}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		h.t.Fatal(err)
@@ -275,7 +284,7 @@ func (h *harness) launchInProcess() {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() {
-		done <- app.Run(ctx, app.Config{Options: opts, Token: h.token, Logger: log, Listener: ln, SQS: h.api})
+		done <- app.Run(ctx, app.Config{Options: opts, Token: h.token, Logger: log, Listener: ln, ArtifactListener: artifactLn, SQS: h.api})
 	}()
 	var once sync.Once
 	h.stop = func() {

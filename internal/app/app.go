@@ -45,6 +45,10 @@ type Config struct {
 	Logger zerolog.Logger
 	// Listener, if set, serves the HTTP endpoints instead of Options.HTTPAddr.
 	Listener net.Listener
+	// ArtifactListener, if set, serves the shard folders' archives instead
+	// of Options.ArtifactAddr (which ARTIFACT_URL still names); closed
+	// unused when the worker publishes none.
+	ArtifactListener net.Listener
 	// SQS, if set, replaces the client built from the AWS environment.
 	SQS queue.API
 	// Version is shown on the status page.
@@ -207,12 +211,20 @@ func Run(ctx context.Context, c Config) error {
 		rec.Update(ids, func(r *runs.Run) { r.Step = string(step) })
 	}}
 	pushed := make(chan struct{}, 1)
-	var artifactLn net.Listener
-	if artifactPub != nil {
+	artifactLn := c.ArtifactListener
+	switch {
+	case artifactPub == nil && artifactLn != nil:
+		_ = artifactLn.Close()
+	case artifactPub != nil:
 		observer = pushSignal{observer, pushed}
-		if artifactLn, err = net.Listen("tcp", o.ArtifactAddr); err != nil {
-			return fmt.Errorf("ARTIFACT_ADDR: %w", err)
+		if artifactLn == nil {
+			if artifactLn, err = net.Listen("tcp", o.ArtifactAddr); err != nil {
+				return fmt.Errorf("ARTIFACT_ADDR: %w", err)
+			}
 		}
+		// Closed on every return, also one before its server starts (the
+		// server's own close of it, at shutdown, comes first otherwise).
+		defer artifactLn.Close()
 	}
 	p := pipeline.New(repo, pipeline.Options{
 		Layout: gitops.Layout{Root: o.GitopsRoot}, MaxAttempts: o.PushAttempts, Retention: retention, Releases: cluster != nil,
