@@ -495,7 +495,6 @@ func newHoldingProxy(t *testing.T) *holdingProxy {
 		t.Fatal(err)
 	}
 	p := &holdingProxy{backend: backend.Addr().String(), held: make(chan struct{}), released: make(chan struct{})}
-	backend.Close() // the worker listens there
 	target := &url.URL{Scheme: "http", Host: p.backend}
 	rp := httputil.NewSingleHostReverseProxy(target)
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -520,6 +519,9 @@ func newHoldingProxy(t *testing.T) *holdingProxy {
 		rp.ServeHTTP(rec, r)
 		t.Logf("GET %s: %d", r.URL.Path, rec.status)
 	}))
+	// The worker listens on the backend's port: closed only once the
+	// proxy has its own, which therefore cannot be the same.
+	backend.Close()
 	t.Cleanup(srv.Close)
 	t.Cleanup(p.release)
 	p.url = srv.URL
