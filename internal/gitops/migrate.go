@@ -189,7 +189,7 @@ func (l Layout) migrateTier(r Reader, to Layout, tier string, files map[string][
 				continue // listed as it is already
 			}
 		}
-		files[name] = shardKustomization(entries)
+		files[name] = ShardKustomization(entries)
 	}
 	slices.Sort(shardDirs)
 	for _, dir := range shardDirs {
@@ -244,9 +244,9 @@ func (l Layout) Describe() string {
 	return fmt.Sprintf("in %d shard folders per tier", l.Shards)
 }
 
-// shardKustomization is the kustomization of a shard folder listing
+// ShardKustomization is the kustomization of a shard folder listing
 // entries.
-func shardKustomization(entries []string) []byte {
+func ShardKustomization(entries []string) []byte {
 	var b strings.Builder
 	b.WriteString("apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\n")
 	if len(entries) == 0 {

@@ -558,7 +558,7 @@ func (p *planner) editKustomization(tier, dir, entry string, edit func([]byte, s
 	name := path.Join(dir, kustomizationFile)
 	content, err := p.read(name)
 	if errors.Is(err, fs.ErrNotExist) && dir != p.TierDir(tier) {
-		content = shardKustomization(nil)
+		content = ShardKustomization(nil)
 		if !p.ShardKustomizations { // applied through its tier
 			if err := p.editKustomization(tier, p.TierDir(tier), path.Base(dir), kustomization.Add); err != nil {
 				return err

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/tenant-worker/tenant-worker/internal/gitops"
+	"github.com/tenant-worker/tenant-worker/internal/kustomization"
 	"github.com/tenant-worker/tenant-worker/internal/ledger"
 	"github.com/tenant-worker/tenant-worker/internal/testenv/gitserver"
 )
@@ -183,6 +184,7 @@ func boundedHistory(work, seed, tmpl, seedID, tenants string, tiers []string, me
 	if err := cmd.Start(); err != nil {
 		return nil, nil, err
 	}
+	abort := func() error { in.Close(); return cmd.Wait() }
 	w := bufio.NewWriterSize(in, 1<<20)
 	data := func(s string) { fmt.Fprintf(w, "data %d\n%s\n", len(s), s) }
 	file := func(p, s string) { fmt.Fprintf(w, "M 100644 inline %s\n", p); data(s) }
@@ -221,8 +223,12 @@ func boundedHistory(work, seed, tmpl, seedID, tenants string, tiers []string, me
 			file(path.Join(tenants, tier, folder, id+".yaml"), strings.ReplaceAll(tmpl, seedID, id))
 		}
 		for tier, files := range listed {
-			file(path.Join(tenants, tier, folder, "kustomization.yaml"), kustomizationOf(files))
-			tierLists[tier] = strings.TrimRight(tierLists[tier], "\n") + "\n  - " + folder + "\n"
+			file(path.Join(tenants, tier, folder, "kustomization.yaml"), string(gitops.ShardKustomization(files)))
+			list, _, err := kustomization.Add([]byte(tierLists[tier]), folder)
+			if err != nil {
+				return nil, nil, fmt.Errorf("%s's kustomization: %w", tier, errors.Join(err, abort()))
+			}
+			tierLists[tier] = string(list)
 			file(path.Join(tenants, tier, "kustomization.yaml"), tierLists[tier])
 		}
 		commit(ledgerRef, 2*k+1, fmt.Sprintf("ledger %d", k), "")
@@ -264,16 +270,6 @@ func boundedHistory(work, seed, tmpl, seedID, tenants string, tiers []string, me
 		ledgerTips = append(ledgerTips, byMark[fmt.Sprintf(":%d", 2*k+1)])
 	}
 	return tips, ledgerTips, nil
-}
-
-// kustomizationOf is a kustomization listing files.
-func kustomizationOf(files []string) string {
-	var b strings.Builder
-	b.WriteString("apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nresources:\n")
-	for _, f := range files {
-		fmt.Fprintf(&b, "  - %s\n", f)
-	}
-	return b.String()
 }
 
 // recordLayout is where boundedPushes puts the ledger's records.
