@@ -10,15 +10,17 @@
 // message names:
 //
 //	targets/<h0>/<h1>/<h2>/<h3>           "key ms [value]" lines, sorted by key
-//	messages/<YYYYMMDDHH>/<h0h1>          "id ms" lines, sorted by id
-//	messages/<YYYYMMDDHH>/m<MM>/<h0h1>    the same, once the hour's file is full (read whenever an id is not in the hour's)
+//	messages/<YYYYMMDDHH>/<MM><SS>        "id ms" lines, sorted by id, of 15 seconds' messages
+//	messages/<YYYYMMDDHH>/m<MM>/s<SS>     the same of one second, once its 15 seconds' file is full
+//	messages/<YYYYMMDDHH>/m<MM>/t<SS>/<cc> of 10 milliseconds, once its second's file is full
 //
 // A target's group is named by the first four hex digits of the sha256 of
 // its key as written (Tenant("t1") is "tenant/t1", escaped as below); a
-// message's by the hour, UTC, of its send time (SQS SentTimestamp, which a
-// redelivered message carries unchanged) and the sha256 of its id, and
-// once that group holds hourGroupLimit ids, by the minute too: a busy
-// hour's messages do not all grow the files of its 256 groups. Each
+// message's by its send time (SQS SentTimestamp, which a redelivered
+// message carries unchanged), UTC: its 15 seconds, and once that group
+// holds groupLimit ids, its second, then its 10 milliseconds, so that a
+// backlog's batch adds to the files of the moments its messages were sent
+// in, not to files that every batch rewrites (see messageGroupPath). Each
 // file starts with a one-line "# ..." comment saying what it holds.
 // Pruning drops a whole hour folder once no message sent in that hour can
 // still be delivered, and old target records from the groups a commit
@@ -27,6 +29,9 @@
 // Versions before 2026-12-05 kept a target's group at targets/<h0h1>/<h2h3>,
 // in folders of up to 256 entries that grew with the targets; a group is
 // read from both paths and, once written, lives at the new one alone.
+// Versions before 2026-12-06 grouped message ids by hour and hash
+// (messages/<YYYYMMDDHH>/<h0h1>, then m<MM>/<h0h1>); those files are read
+// until their hour is pruned, never written.
 // Before that the ledger was two flat files in the GitOps tree
 // (LegacyTargets, LegacyMessages); Import reads them once into this one.
 package ledger
@@ -136,20 +141,15 @@ func (l *Ledger) targets(target string) *group {
 	return l.load(newTargets(target))
 }
 
-// messageGroup is message id's group of its hour (messages/<hour>/<h0h1>),
-// or with byMinute of its minute (messages/<hour>/m<MM>/<h0h1>, where the
-// hour's group overflows).
-func (l *Ledger) messageGroup(id string, sent int64, byMinute bool) *group {
-	minute := ""
-	if byMinute {
-		minute = minuteOf(sent)
-	}
-	p := messageGroupPath(id, sent, minute)
+// messageGroup is the group of span sp that holds message id, sent at
+// sent (see messageGroupPath).
+func (l *Ledger) messageGroup(id string, sent int64, sp span) *group {
+	p := messageGroupPath(id, sent, sp)
 	if g, ok := l.groups[p]; ok {
 		return g
 	}
-	h, start := hourOf(sent)
-	return l.load(&group{path: p, bucket: hourBucket(id), ids: map[string]int64{}, hour: h, minute: minute, start: start})
+	_, start := hourOf(sent)
+	return l.load(&group{path: p, ids: map[string]int64{}, span: spanText(id, sent, sp), start: start})
 }
 
 // Get returns target's record.
@@ -182,39 +182,43 @@ func (l *Ledger) Set(target string, ms int64, value string) {
 }
 
 // Seen reports whether message id, sent at sent (its SQS SentTimestamp,
-// Unix ms), was applied within the retention period. It reads the group
-// of that hour and id, and when the id is not there the group of that
-// minute and id.
+// Unix ms), was applied within the retention period. It reads the groups
+// of that moment, from the coarsest span to the finest, and those of its
+// hour and id that versions before 2026-12-06 wrote.
 func (l *Ledger) Seen(id string, sent int64) bool {
 	if l.expired(sent) {
 		return false
 	}
 	key := messageKey(id)
-	if ms, ok := l.messageGroup(id, sent, false).ids[key]; ok && ms == sent {
-		return true
+	// Every span is read whatever the coarser ones hold: a hand edit or a
+	// revert may have taken ids out of a full group, and what went to the
+	// finer spans must still be found. An absent file costs a lookup in
+	// the tree.
+	for _, sp := range read {
+		if ms, ok := l.messageGroup(id, sent, sp).ids[key]; ok && ms == sent {
+			return true
+		}
 	}
-	// The minute group is read whatever the hour group holds: a hand edit
-	// or a revert may have taken ids out of a full hour group, and what
-	// went to the minutes must still be found. Its absence costs a lookup
-	// in the tree.
-	ms, ok := l.messageGroup(id, sent, true).ids[key]
-	return ok && ms == sent
+	return false
 }
 
-// Note records that message id, sent at sent, was applied: in the group
-// of its hour, or once that holds hourGroupLimit ids, in the group of its
-// minute. A message sent in an hour Prune dropped cannot be delivered
-// again: nothing is recorded.
+// Note records that message id, sent at sent, was applied: in the group of
+// its 15 seconds, or once that holds groupLimit ids, of its second, or
+// once that does too, of its 10 milliseconds. A message sent in an hour Prune
+// dropped cannot be delivered again: nothing is recorded.
 func (l *Ledger) Note(id string, sent int64) {
 	if l.expired(sent) || l.Seen(id, sent) {
 		return
 	}
-	g := l.messageGroup(id, sent, false)
-	if g.broken {
-		return // Err says so; what the group holds is not overwritten
-	}
-	if len(g.ids) >= hourGroupLimit {
-		g = l.messageGroup(id, sent, true)
+	var g *group
+	for i, sp := range written {
+		g = l.messageGroup(id, sent, sp)
+		if g.broken {
+			return // Err says so; what the group holds is not overwritten
+		}
+		if i == len(written)-1 || len(g.ids) < groupLimit {
+			break
+		}
 	}
 	g.ids[messageKey(id)] = sent
 	g.dirty = true

@@ -74,7 +74,7 @@ func TestLayout(t *testing.T) {
 	c := l.Changes()
 	h := hash("env/pool%20two")                                           // the key as written
 	tp := "targets/" + h[:1] + "/" + h[1:2] + "/" + h[2:3] + "/" + h[3:4] // one folder per hex digit
-	mp := "messages/2026120314/" + hash("m-1")[:2]                        // one level within the hour
+	mp := "messages/2026120314/2500"                                      // its 15 seconds (14:25:00-14)
 	if len(c) != 2 || c[tp] == nil || c[mp] == nil {
 		t.Fatalf("changes %v, want %s and %s", slices.Collect(maps.Keys(c)), tp, mp)
 	}
@@ -139,7 +139,8 @@ func TestOneMessageTouchesAHandfulOfFiles(t *testing.T) {
 	}
 	l.Note("id-0", now-1) // already there: changes nothing
 	tr.apply(t, l.Changes())
-	// 48 hours of 256 groups of about 8 ids, and the targets' groups.
+	// 48 hours of 240 groups of 15 seconds of about 9 ids, and the
+	// targets' groups.
 	if len(tr.files) < 15_000 {
 		t.Fatalf("the tree holds %d files", len(tr.files))
 	}
@@ -156,14 +157,14 @@ func TestOneMessageTouchesAHandfulOfFiles(t *testing.T) {
 		t.Fatal("seen")
 	}
 	l.Note("new", now)
-	if tr.reads != 2 {
-		t.Errorf("Seen and Note read %d files, want 2 (the hour's group and the minute's, absent, each once)", tr.reads)
+	if tr.reads != 5 {
+		t.Errorf("Seen and Note read %d files, want 5 (the groups of its 15 seconds, its second and its hundredth, and those versions before 2026-12-06 wrote of its hour and its minute, absent but the first, each once)", tr.reads)
 	}
 	l.Touch(Tenant("tenant-5"), now)
 	l.Set(Release("tenant-5"), now, "")
 	// Each target's group is looked up at its former path too (absent).
-	if tr.reads > 6 {
-		t.Errorf("%d files read for one message, want at most 6", tr.reads)
+	if tr.reads > 9 {
+		t.Errorf("%d files read for one message, want at most 9", tr.reads)
 	}
 	c := l.Changes()
 	size := 0
@@ -177,7 +178,7 @@ func TestOneMessageTouchesAHandfulOfFiles(t *testing.T) {
 		t.Error("listed a folder without Prune")
 	}
 	back := commit(t, l, tr)
-	if !back.Seen("new", now) || !back.Seen("id-99999", now-1-(99999%48)*hourMS) || back.Stale(Tenant("tenant-5"), now) || !back.Stale(Tenant("tenant-6"), now-7) {
+	if !back.Seen("new", now) || !back.Seen("id-99999", fillSent(99999, 100_000, 48, now)) || back.Stale(Tenant("tenant-5"), now) || !back.Stale(Tenant("tenant-6"), now-7) {
 		t.Fatal("answers changed after the commit")
 	}
 }
@@ -264,7 +265,7 @@ func TestPruneDropsOldHoursAndOnlyRecordsInGroupsWritten(t *testing.T) {
 func TestCorruptGroup(t *testing.T) {
 	tr := newTree()
 	tr.files[targetPath(Tenant("t1"))] = []byte("# header\ntenant/t1 soon\n")
-	tr.files[hourMessagePath("m", t0)] = []byte("m\n")
+	tr.files[windowPath(t0)] = []byte("m\n")
 	l := Open(tr)
 	if l.Err() != nil {
 		t.Fatal("Open read")
@@ -298,39 +299,59 @@ func TestCorruptGroup(t *testing.T) {
 	}
 }
 
-// TestAFullHourGroupOverflowsIntoMinutes: once an hour group holds
-// hourGroupLimit ids, a new message of its bucket goes to its minute's
-// group; both are read by Seen, noting a message again writes nothing,
-// Prune drops the hour with both, and a minute group that does not parse
-// is an error, not an empty group.
-func TestAFullHourGroupOverflowsIntoMinutes(t *testing.T) {
-	ids := sameBucket("m-", "m-new", hourGroupLimit)
+// TestAFullWindowOverflowsIntoItsSecond: once the group of a message's 15
+// seconds holds groupLimit ids, a new message of those seconds goes to its
+// second's group, and once that is full to its 10 milliseconds'; all are read
+// by Seen, noting a message again writes nothing, Prune drops the hour with
+// all of them, and a second's group that does not parse is an error, not
+// an empty group.
+func TestAFullWindowOverflowsIntoItsSecond(t *testing.T) {
+	full := ids("m-", groupLimit)
 	l := Open(nil)
-	for _, id := range ids {
-		l.Note(id, t0-1)
+	for _, id := range full {
+		l.Note(id, t0+1) // 14:25:00.001: the window 2500, the second 00
 	}
 	tr := newTree()
 	tr.apply(t, l.Changes())
-	if len(tr.files) != 1 {
-		t.Fatalf("%d ids of one bucket wrote %d files, want the hour group", len(ids), len(tr.files))
+	if len(tr.files) != 1 || tr.files[windowPath(t0)] == nil {
+		t.Fatalf("%d ids of one window wrote %v, want %s alone", len(full), slices.Sorted(maps.Keys(tr.files)), windowPath(t0))
 	}
 
 	l = Open(tr)
-	if !l.Seen(ids[0], t0-1) || l.Seen(ids[0], t0) {
-		t.Fatal("an id of the full hour group: Seen wrong")
+	if !l.Seen(full[0], t0+1) || l.Seen(full[0], t0) {
+		t.Fatal("an id of the full window: Seen wrong")
 	}
-	l.Note(ids[0], t0-1)
+	l.Note(full[0], t0+1)
 	if c := l.Changes(); len(c) != 0 {
-		t.Fatalf("noting a message the hour group holds writes %v", slices.Collect(maps.Keys(c)))
+		t.Fatalf("noting a message the window holds writes %v", slices.Collect(maps.Keys(c)))
 	}
-	l.Note("m-new", t0)
+	at := t0 + 14_999 // 14:25:14.999: the same window, the second 14
+	l.Note("m-new", at)
 	c := l.Changes()
-	if len(c) != 1 || c[messagePath("m-new", t0)] == nil {
-		t.Fatalf("a message of a full hour group writes %v, want %s alone", slices.Collect(maps.Keys(c)), messagePath("m-new", t0))
+	if len(c) != 1 || c[secondPath(at)] == nil {
+		t.Fatalf("a message of a full window writes %v, want %s alone", slices.Collect(maps.Keys(c)), secondPath(at))
 	}
 	l = commit(t, l, tr)
-	if l = Open(tr); !l.Seen(ids[1], t0-1) || !l.Seen("m-new", t0) || l.Seen("m-other", t0) {
-		t.Fatal("after the commit, a message of the hour or the minute group is not seen as it should")
+	if l = Open(tr); !l.Seen(full[1], t0+1) || !l.Seen("m-new", at) || l.Seen("m-other", at) {
+		t.Fatal("after the commit, a message of the window or the second is not seen as it should")
+	}
+
+	// The second's group full too: its hundredth's.
+	l = Open(tr)
+	for _, id := range ids("s-", groupLimit) {
+		l.Note(id, at)
+	}
+	l = commit(t, l, tr)
+	if n := strings.Count(string(tr.files[secondPath(at)]), "\n") - 1; n != groupLimit {
+		t.Fatalf("the second's group holds %d ids, want %d", n, groupLimit)
+	}
+	l.Note("ms-new", at)
+	if c := l.Changes(); len(c) != 1 || c[hundredthPath(at)] == nil {
+		t.Fatalf("a message of a full second writes %v, want %s alone", slices.Collect(maps.Keys(c)), hundredthPath(at))
+	}
+	commit(t, l, tr)
+	if l = Open(tr); !l.Seen("ms-new", at) || !l.Seen("s-1", at) || !l.Seen("m-new", at) {
+		t.Fatal("after the commit, a message of the hundredth or the second is not seen")
 	}
 
 	l = Open(tr)
@@ -340,29 +361,29 @@ func TestAFullHourGroupOverflowsIntoMinutes(t *testing.T) {
 		t.Fatalf("prune past the hour changes %v, want messages/%s deleted", c, hour)
 	}
 
-	tr.files[messagePath("m-new", t0)] = []byte("m-new not-a-time\n")
+	tr.files[secondPath(at)] = []byte("m-new not-a-time\n")
 	l = Open(tr)
-	if l.Seen("m-new", t0); !IsCorrupt(l.Err()) {
-		t.Fatalf("a minute group that does not parse: %v, want a corrupt ledger", l.Err())
+	if l.Seen("m-new", at); !IsCorrupt(l.Err()) {
+		t.Fatalf("a second's group that does not parse: %v, want a corrupt ledger", l.Err())
 	}
 }
 
 // TestAnHourOfABacklogWritesSmallFiles: the file a message rewrites holds
-// at most hourGroupLimit ids however many its hour sent: after 200,000
-// messages sent over one hour (a backlog's rate), one file per hour bucket
-// would hold about 780; the hour groups are full, and noting one more
-// writes its minute's group.
+// at most groupLimit ids however many its hour sent: after 200,000
+// messages sent over one hour (a backlog's rate), one file per 15 seconds
+// would hold about 830; the windows are full, and noting one more writes
+// its second's group.
 func TestAnHourOfABacklogWritesSmallFiles(t *testing.T) {
 	start := t0 - t0%hourMS
 	l := Open(fillHour(t, 200_000, t0))
 	at := start + hourMS/2
 	l.Note("one-more", at)
 	c := l.Changes()
-	if len(c) != 1 {
-		t.Fatalf("noting one message writes %v", slices.Collect(maps.Keys(c)))
+	if len(c) != 1 || c[secondPath(at)] == nil {
+		t.Fatalf("noting one message writes %v, want %s", slices.Collect(maps.Keys(c)), secondPath(at))
 	}
 	for p, b := range c {
-		if lines := strings.Count(string(b), "\n") - 1; lines > hourGroupLimit {
+		if lines := strings.Count(string(b), "\n") - 1; lines > groupLimit {
 			t.Fatalf("noting one message rewrites %s, a file of %d ids (%d bytes)", p, lines, len(b))
 		}
 	}

@@ -10,30 +10,33 @@ import (
 	"testing"
 )
 
-// overflowed is a tree whose hour group of hourBucket("m-new") in t0's
-// hour holds hourGroupLimit ids (sent at t0-1, minute 24), and where
-// "m-new", sent at t0 (minute 25), was applied after it filled: it is in
-// the minute group messages/<hour>/m25/<hh>. It returns the tree and the
-// ids of the hour group in the order they were applied.
+// overflowed is a tree whose group of t0's 15 seconds holds groupLimit
+// ids (sent at t0+1), and where "m-new", sent at atNew in the same 15
+// seconds, was applied after it filled: it is in its second's group. It
+// returns the tree and the ids of the window in the order they were
+// applied.
 func overflowed(t *testing.T) (*tree, []string) {
 	t.Helper()
-	ids := sameBucket("m-", "m-new", hourGroupLimit)
+	full := ids("m-", groupLimit)
 	tr := newTree()
 	l := Open(tr)
-	for _, id := range ids {
-		l.Note(id, t0-1)
+	for _, id := range full {
+		l.Note(id, t0+1)
 	}
 	l = commit(t, l, tr)
-	l.Note("m-new", t0)
-	if c := l.Changes(); c[messagePath("m-new", t0)] == nil {
-		t.Fatalf("setup: m-new was not written to its minute group: %v", slices.Collect(maps.Keys(c)))
+	l.Note("m-new", atNew)
+	if c := l.Changes(); c[secondPath(atNew)] == nil {
+		t.Fatalf("setup: m-new was not written to its second's group: %v", slices.Collect(maps.Keys(c)))
 	}
 	commit(t, l, tr)
-	if !Open(tr).Seen("m-new", t0) {
+	if !Open(tr).Seen("m-new", atNew) {
 		t.Fatal("setup: m-new not seen")
 	}
-	return tr, ids
+	return tr, full
 }
+
+// atNew is when "m-new" was sent: 14:25:07, in t0's 15 seconds.
+var atNew = t0 + 7_000
 
 // withoutLine is b without the line that records id.
 func withoutLine(t *testing.T, b []byte, id string) []byte {
@@ -51,7 +54,8 @@ func withoutLine(t *testing.T, b []byte, id string) []byte {
 }
 
 // TestAnHourGroupThatLosesALineForgetsOnlyThatLine (before the fix, Seen read
-// the minute group only while the hour group was full):
+// the minute group only while the hour group was full; kept for the
+// window and second groups that replaced them on 2026-12-06):
 // Seen reads the minute groups of a bucket only while its hour group holds
 // hourGroupLimit ids, so the correctness of every id that overflowed
 // depends on the hour group never shrinking afterwards. It can shrink
@@ -80,26 +84,26 @@ func TestAnHourGroupThatLosesALineForgetsOnlyThatLine(t *testing.T) {
 		edit func(t *testing.T, tr *tree, ids []string)
 	}{
 		{"one line removed by hand", func(t *testing.T, tr *tree, ids []string) {
-			p := hourMessagePath(ids[0], t0-1)
+			p := windowPath(t0)
 			tr.files[p] = withoutLine(t, tr.files[p], ids[0])
 		}},
 		{"the commit of the 256th id reverted", func(t *testing.T, tr *tree, ids []string) {
-			p := hourMessagePath(ids[0], t0-1)
+			p := windowPath(t0)
 			tr.files[p] = withoutLine(t, tr.files[p], ids[len(ids)-1])
 		}},
 		{"the hour group file deleted", func(t *testing.T, tr *tree, ids []string) {
-			delete(tr.files, hourMessagePath(ids[0], t0-1))
+			delete(tr.files, windowPath(t0))
 		}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			tr, ids := overflowed(t)
 			c.edit(t, tr, ids)
 			l := Open(tr)
-			if !l.Seen("m-new", t0) {
+			if !l.Seen("m-new", atNew) {
 				t.Errorf("m-new, applied and recorded in %s (still there), is not seen after an edit of %s that did not touch it: its redelivery is applied again",
-					messagePath("m-new", t0), hourMessagePath("m-new", t0))
+					secondPath(atNew), windowPath(atNew))
 			}
-			l.Note("m-new", t0)
+			l.Note("m-new", atNew)
 			if ch := l.Changes(); len(ch) != 0 {
 				t.Errorf("noting m-new again writes %v: it is now in the hour group and its minute group", slices.Sorted(maps.Keys(ch)))
 			}
@@ -128,20 +132,19 @@ func TestAnHourGroupThatLosesALineForgetsOnlyThatLine(t *testing.T) {
 //     (repository_broken) until someone edits the ledger by hand.
 func TestAnyMessageIDIsOneFieldOfItsGroup(t *testing.T) {
 	t.Run("id starting with #", func(t *testing.T) {
-		hash := sameBucket("#h", "m-new", 1)[0]
-		ids := append(sameBucket("m-", "m-new", hourGroupLimit-1), hash)
+		hash := "#h"
 		tr := newTree()
 		l := Open(tr)
-		for _, id := range ids {
-			l.Note(id, t0-1)
+		for _, id := range append(ids("m-", groupLimit-1), hash) {
+			l.Note(id, t0+1)
 		}
-		l.Note("m-new", t0) // the hour group holds 256 in memory: to m25
+		l.Note("m-new", atNew) // the window holds 256 in memory: to its second
 		l = commit(t, l, tr)
-		if !l.Seen(hash, t0-1) {
+		if !l.Seen(hash, t0+1) {
 			t.Errorf("%q, applied and written, is not seen", hash)
 		}
-		if !l.Seen("m-new", t0) {
-			t.Errorf("m-new, applied and written to %s, is not seen: the hour group it overflowed reads back with fewer ids", messagePath("m-new", t0))
+		if !l.Seen("m-new", atNew) {
+			t.Errorf("m-new, applied and written to %s, is not seen: the window it overflowed reads back with fewer ids", secondPath(atNew))
 		}
 	})
 	t.Run("id holding a blank", func(t *testing.T) {
@@ -149,7 +152,7 @@ func TestAnyMessageIDIsOneFieldOfItsGroup(t *testing.T) {
 		l := Open(tr)
 		l.Note("a b", t0)
 		l = commit(t, l, tr)
-		other := sameBucket("o-", "a b", 1)[0] // another message of the bucket
+		other := "o-1" // another message of the same 15 seconds
 		if l.Seen(other, t0); l.Err() != nil || !l.Seen("a b", t0) {
 			t.Errorf("after one message with id %q, its hour group reads as %v (seen: %v)", "a b", l.Err(), l.Seen("a b", t0))
 		}

@@ -87,16 +87,24 @@ func commit(tb testing.TB, l *Ledger, t *tree) *Ledger {
 }
 
 // fill is a tree holding n message ids sent over hours hours before end
-// (Unix ms, exclusive), as the ledger writes them.
+// (Unix ms, exclusive), as the ledger writes them: id i in the hour i%hours
+// before end, the first of each hour (i < hours) at end-1-i hours, the
+// others spread evenly over the hour before that moment.
 func fill(tb testing.TB, n, hours int, end int64) *tree {
 	tb.Helper()
 	l := Open(nil)
 	for i := range n {
-		l.Note(fmt.Sprintf("id-%d", i), end-1-int64(i%hours)*hourMS)
+		l.Note(fmt.Sprintf("id-%d", i), fillSent(i, n, hours, end))
 	}
 	t := newTree()
 	t.apply(tb, l.Changes())
 	return t
+}
+
+// fillSent is when fill's id i was sent.
+func fillSent(i, n, hours int, end int64) int64 {
+	apart := hourMS / int64(n/hours+1)
+	return end - 1 - int64(i%hours)*hourMS - int64(i/hours)*apart
 }
 
 // fillHour is a tree holding n message ids sent at evenly spread moments
@@ -113,24 +121,17 @@ func fillHour(tb testing.TB, n int, at int64) *tree {
 	return t
 }
 
-// messagePath is the minute group of message id sent at sent.
-func messagePath(id string, sent int64) string {
-	return messageGroupPath(id, sent, minuteOf(sent))
-}
+// windowPath, secondPath and hundredthPath are the groups of the
+// moment sent (Unix ms) of each span.
+func windowPath(sent int64) string    { return messageGroupPath("", sent, windowSpan) }
+func secondPath(sent int64) string    { return messageGroupPath("", sent, secondSpan) }
+func hundredthPath(sent int64) string { return messageGroupPath("", sent, hundredthSpan) }
 
-// hourMessagePath is the hour group of message id sent at sent.
-func hourMessagePath(id string, sent int64) string {
-	return messageGroupPath(id, sent, "")
-}
-
-// sameBucket returns n ids "<prefix><i>" whose hour bucket is like's.
-func sameBucket(prefix, like string, n int) []string {
-	b := hourBucket(like)
-	var ids []string
-	for i := 0; len(ids) < n; i++ {
-		if id := fmt.Sprint(prefix, i); hourBucket(id) == b {
-			ids = append(ids, id)
-		}
+// ids returns n ids "<prefix><i>".
+func ids(prefix string, n int) []string {
+	out := make([]string, n)
+	for i := range out {
+		out[i] = fmt.Sprint(prefix, i)
 	}
-	return ids
+	return out
 }
