@@ -60,13 +60,17 @@ func formerTargetPath(target string) string {
 //	messages/<hour>/m<MM>/t<SS>/<cc>  10 milliseconds from hundredth cc, once its second's file is full (no limit)
 //
 // A day of 1,000,000 ids (11.6 a second) holds about 170 a window and
-// stays in 240 window files an hour, as many files as the hash groups
-// before; a group per minute and hash for every message was tried and
-// refused (340,000 files a day, p50 4.7x). Sent faster than about 17 a
-// second, a window fills and its seconds take the rest; faster than 256 a
-// second, its hundredths. A file holds at most groupLimit ids unless more
-// than that many messages were sent within 10 milliseconds (25,600 a
-// second).
+// stays in 240 window files an hour (the hash groups before made 256); a
+// group per minute and hash for every message was tried and refused
+// (340,000 files a day, p50 4.7x). Sent faster than about 17 a second, a
+// window fills and its seconds take the rest; faster than 256 a second,
+// its hundredths. A file holds at most groupLimit ids unless more than that
+// many messages were sent within 10 milliseconds (25,600 a second). The
+// cost of a commit stays bounded whatever the rate; the number of files
+// does not: above 256 messages sent a second, each second of sending adds
+// up to 100 files (21,000 sent at 1,000 a second leave about 2,000 files
+// of 7 ids, where the hash groups left about 512), until the hour is
+// pruned.
 //
 // Versions before 2026-12-06 grouped ids by hour and the first byte of the
 // id's hash, messages/<hour>/<h0h1>, and once that held 256 ids by minute

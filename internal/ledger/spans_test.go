@@ -104,3 +104,24 @@ func TestABacklogsBatchesWriteTheSameBytes(t *testing.T) {
 		})
 	}
 }
+
+// TestADayStaysInItsWindows: ids sent evenly over a day stay in the files
+// of their 15 seconds, 240 an hour (5,760 a day, where the hash groups
+// made 6,144), as long as no window gets more than 256: 200,000 here (35
+// a window); 1,000,000 a day is 174 a window, the same files (not run: a
+// million Notes take 8 s).
+func TestADayStaysInItsWindows(t *testing.T) {
+	tr := fill(t, 200_000, 24, t0)
+	most := 0
+	for p, b := range tr.files {
+		if !strings.HasPrefix(p, "messages/") || strings.Count(p, "/") != 2 {
+			t.Fatalf("%s: a file that is not a window's", p)
+		}
+		most = max(most, strings.Count(string(b), "\n")-1)
+	}
+	// fill's hours run back from t0-1 (14:24:59.999), so they straddle the
+	// clock's: up to 25 hour folders, each window of the day used once.
+	if len(tr.files) < 24*239 || len(tr.files) > 24*240 || most > groupLimit {
+		t.Fatalf("a day of 200,000 ids: %d files, the fullest of %d ids; want 5,760 at most, of at most %d", len(tr.files), most, groupLimit)
+	}
+}
