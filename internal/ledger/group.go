@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"maps"
+	"path"
 	"slices"
 	"strconv"
 	"strings"
@@ -127,10 +128,12 @@ func messageGroupPath(id string, sent int64, s span) string {
 	}
 }
 
-// spanText is what a message group of span s holds, in its header.
-func spanText(id string, sent int64, s span) string {
+// spanText is what a message group holds, for its header: the span of
+// send times of its kind that sent falls in (a former group, never
+// written, by its file's name).
+func spanText(kind span, sent int64, name string) string {
 	h, mm, ss, ms := moment(sent)
-	switch s {
+	switch kind {
 	case windowSpan:
 		w := ss - ss%windowSeconds
 		return fmt.Sprintf("the hour %s UTC, minute %02d, seconds %02d-%02d", h, mm, w, w+windowSeconds-1)
@@ -139,9 +142,9 @@ func spanText(id string, sent int64, s span) string {
 	case hundredthSpan:
 		return fmt.Sprintf("the hour %s UTC, minute %02d, second %02d, milliseconds %03d-%03d", h, mm, ss, ms-ms%10, ms-ms%10+9)
 	case formerHourSpan:
-		return fmt.Sprintf("the hour %s UTC, whose id's sha256 starts %s", h, hourBucket(id))
+		return fmt.Sprintf("the hour %s UTC, whose id's sha256 starts %s", h, name)
 	default:
-		return fmt.Sprintf("the hour %s UTC, minute %02d, whose id's sha256 starts %s", h, mm, hourBucket(id))
+		return fmt.Sprintf("the hour %s UTC, minute %02d, whose id's sha256 starts %s", h, mm, name)
 	}
 }
 
@@ -181,8 +184,8 @@ type group struct {
 	bucket  string            // a targets group: "h0h1h2h3"
 	targets map[string]Record // a targets group
 	ids     map[string]int64  // a messages group: id -> send time
-	span    string            // a messages group: the send times it holds, for its header
-	start   int64             // a messages group: its hour's start (Unix ms)
+	kind    span              // a messages group: the span of send times it holds
+	sent    int64             // a messages group: a send time (Unix ms) in that span
 	existed bool              // the tree holds the file
 	moved   bool              // a targets group: the tree holds its former file too, read and merged
 	dirty   bool              // changed since read
@@ -223,7 +226,8 @@ func (g *group) render() []byte {
 		if len(g.ids) == 0 {
 			return nil
 		}
-		fmt.Fprintf(&b, "# tenant-worker ledger: messages applied, sent in %s: id, send time (Unix ms, SQS SentTimestamp)\n", g.span)
+		fmt.Fprintf(&b, "# tenant-worker ledger: messages applied, sent in %s: id, send time (Unix ms, SQS SentTimestamp)\n",
+			spanText(g.kind, g.sent, path.Base(g.path)))
 		for _, id := range slices.Sorted(maps.Keys(g.ids)) {
 			fmt.Fprintf(&b, "%s %d\n", id, g.ids[id])
 		}

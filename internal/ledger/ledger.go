@@ -148,8 +148,7 @@ func (l *Ledger) messageGroup(id string, sent int64, sp span) *group {
 	if g, ok := l.groups[p]; ok {
 		return g
 	}
-	_, start := hourOf(sent)
-	return l.load(&group{path: p, ids: map[string]int64{}, span: spanText(id, sent, sp), start: start})
+	return l.load(&group{path: p, ids: map[string]int64{}, kind: sp, sent: sent})
 }
 
 // Get returns target's record.
@@ -279,7 +278,7 @@ func (l *Ledger) Changes() map[string][]byte {
 		}
 	}
 	for p, g := range l.groups {
-		if !g.dirty || g.broken || g.messages() && l.expiredHour(g.start) {
+		if !g.dirty || g.broken || g.messages() && l.expired(g.sent) {
 			continue
 		}
 		if b := g.render(); b != nil {

@@ -86,15 +86,15 @@ func TestABacklogsBatchesWriteTheSameBytes(t *testing.T) {
 				for _, n := range order[k*batch : (k+1)*batch] {
 					l.Note(fmt.Sprintf("%08x-aaaa-4bbb-8ccc-%012x", uint32(n*2654435761), n), start+int64(n)*c.over/messages)
 				}
-				bytes := 0
-				for p, b := range l.Changes() {
+				bytes, c := 0, l.Changes()
+				for p, b := range c {
 					bytes += len(b)
 					if n := strings.Count(string(b), "\n") - 1; n > groupLimit {
 						t.Fatalf("batch %d writes %s, %d ids", k+1, p, n)
 					}
 				}
 				written = append(written, bytes)
-				tr.apply(t, l.Changes())
+				tr.apply(t, c)
 			}
 			first, last := written[0]+written[1], written[len(written)-2]+written[len(written)-1]
 			t.Logf("first two batches %d bytes, last two %d", first, last)
