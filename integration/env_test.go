@@ -469,23 +469,40 @@ func (h *harness) dlqReport(url string, copies map[string]int) string {
 }
 
 // drainDLQ reads everything in a dead-letter queue: source message id to
-// reason.
+// reason. It returns once the queue holds nothing, in flight included: a
+// message handed to a receive whose answer was lost on the way is
+// invisible for that receive's visibility timeout, which is kept short so
+// that it is read again, not missed.
 func (h *harness) drainDLQ(url string) map[string]string {
 	h.t.Helper()
 	got := map[string]string{}
+	copies := map[string]int{}
+	deadline := time.Now().Add(30 * time.Second)
+	wait := int32(0)
 	for {
 		out, err := h.api.ReceiveMessage(context.Background(), &sqs.ReceiveMessageInput{
-			QueueUrl: aws.String(url), MaxNumberOfMessages: 10, WaitTimeSeconds: 0, MessageAttributeNames: []string{"All"},
+			QueueUrl: aws.String(url), MaxNumberOfMessages: 10, WaitTimeSeconds: wait, VisibilityTimeout: 2,
+			MessageAttributeNames: []string{"All"},
 		})
 		if err != nil {
 			h.t.Fatal(err)
 		}
-		if len(out.Messages) == 0 {
-			return got
-		}
 		for _, m := range out.Messages {
-			got[aws.ToString(m.MessageAttributes["source_message_id"].StringValue)] = aws.ToString(m.MessageAttributes["reason"].StringValue)
+			id := aws.ToString(m.MessageAttributes["source_message_id"].StringValue)
+			got[id] = aws.ToString(m.MessageAttributes["reason"].StringValue)
+			copies[id]++
 			_, _ = h.api.DeleteMessage(context.Background(), &sqs.DeleteMessageInput{QueueUrl: aws.String(url), ReceiptHandle: m.ReceiptHandle})
 		}
+		if len(out.Messages) > 0 {
+			wait = 0
+			continue
+		}
+		if h.queueCount(url) == 0 {
+			return got
+		}
+		if time.Now().After(deadline) {
+			h.t.Fatalf("a dead-letter queue still holds messages after 30s: %s", h.dlqReport(url, copies))
+		}
+		wait = 1 // what is in flight comes back within the visibility timeout
 	}
 }
