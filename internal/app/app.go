@@ -63,6 +63,14 @@ func Run(ctx context.Context, c Config) error {
 	log := c.Logger
 	ctx = log.WithContext(ctx)
 	o := c.Options
+	// The listeners given are Run's to close on every return: a return
+	// before their servers start must not leave the caller's ports taken
+	// (a server's own close of one at shutdown makes this one a no-op).
+	for _, l := range []net.Listener{c.Listener, c.ArtifactListener} {
+		if l != nil {
+			defer l.Close()
+		}
+	}
 
 	api := c.SQS
 	if api == nil {
@@ -214,17 +222,18 @@ func Run(ctx context.Context, c Config) error {
 	artifactLn := c.ArtifactListener
 	switch {
 	case artifactPub == nil && artifactLn != nil:
-		_ = artifactLn.Close()
+		_ = artifactLn.Close() // nothing to serve: refuse connections from now on
 	case artifactPub != nil:
 		observer = pushSignal{observer, pushed}
 		if artifactLn == nil {
 			if artifactLn, err = net.Listen("tcp", o.ArtifactAddr); err != nil {
 				return fmt.Errorf("ARTIFACT_ADDR: %w", err)
 			}
+			// Closed on every return, also one before its server starts
+			// (the server's own close of it, at shutdown, comes first
+			// otherwise).
+			defer artifactLn.Close()
 		}
-		// Closed on every return, also one before its server starts (the
-		// server's own close of it, at shutdown, comes first otherwise).
-		defer artifactLn.Close()
 	}
 	p := pipeline.New(repo, pipeline.Options{
 		Layout: gitops.Layout{Root: o.GitopsRoot}, MaxAttempts: o.PushAttempts, Retention: retention, Releases: cluster != nil,

@@ -3,9 +3,11 @@ package app
 import (
 	"context"
 	"errors"
+	"net"
 	"testing"
 	"time"
 
+	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	"github.com/rs/zerolog"
 
 	wconfig "github.com/tenant-worker/tenant-worker/internal/config"
@@ -47,5 +49,35 @@ func TestRepoOptionsCarryEverySetting(t *testing.T) {
 	}
 	if r.Token != "" {
 		t.Fatal("the token must travel only in the credentials provider")
+	}
+}
+
+// TestListenersGivenAreClosedOnEveryReturn: Run owns the listeners it is
+// given. One that returns before serving them (here: the context ends
+// while the repository is opened) must close them too, or the caller's
+// ports stay taken.
+func TestListenersGivenAreClosedOnEveryReturn(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	artifactLn, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	o := wconfig.Default()
+	o.GitRepoURL = "http://127.0.0.1:1/gitops.git" // never reached: the context has ended
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	api := sqs.New(sqs.Options{Region: "us-east-1"}) // never called
+	if err := Run(ctx, Config{Options: o, Logger: zerolog.Nop(), Listener: ln, ArtifactListener: artifactLn, SQS: api}); err != nil {
+		t.Fatalf("Run = %v, want nil (a stop while starting)", err)
+	}
+	// Closing again says whether Run closed them: the first close of a
+	// listener succeeds, a second one fails.
+	for name, l := range map[string]net.Listener{"HTTP": ln, "artifact": artifactLn} {
+		if err := l.Close(); !errors.Is(err, net.ErrClosed) {
+			t.Errorf("the %s listener was still open when Run returned (close: %v)", name, err)
+		}
 	}
 }
