@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"path"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -36,7 +37,10 @@ import (
 // records says where the records go: with recordsPerPush in one file per
 // push, and every push is about the same size; in groups by key, as the
 // worker's ledger keeps them, each push rewrites a group file and its
-// folders per record, and those grow as the groups fill.
+// folders per record, and those grow as the groups fill; with
+// recordsJournal in a file per push too, and each push merges a sixteenth
+// of the keys from the journal into the groups (a design not built in the
+// worker, measured here first).
 func boundedPushes(h ledgerHost, name, seed string, messages, batch, window int, records recordLayout, progress io.Writer) (*PeerReplay, error) {
 	src := h.path(name)
 	if messages < 2*window || window < batch {
@@ -201,6 +205,11 @@ func boundedHistory(work, seed, tmpl, seedID, tenants string, tiers []string, me
 	commit(ledgerRef, 1, "ledger", "")
 	file("README", "ledger of the bounded peer\n")
 	groups := map[string][]string{} // a record group's records
+	// recordsJournal: each push's records, how many journal files each
+	// first hex digit's records were merged from, how many files went.
+	var journal [][]string
+	var merged [16]int
+	dropped := 0
 	pushes := (messages + batch - 1) / batch
 	for k := 1; k <= pushes; k++ {
 		from := ""
@@ -232,9 +241,36 @@ func boundedHistory(work, seed, tmpl, seedID, tenants string, tiers []string, me
 			file(path.Join(tenants, tier, "kustomization.yaml"), tierLists[tier])
 		}
 		commit(ledgerRef, 2*k+1, fmt.Sprintf("ledger %d", k), "")
-		if layout == recordsPerPush {
+		switch layout {
+		case recordsPerPush:
 			file(path.Join("records", folder), strings.Join(records, "\n")+"\n")
-		} else {
+		case recordsJournal:
+			// The push's records in a journal file; then the records of one
+			// first hex digit of 16, in turn, from every journal file, go to
+			// their key groups (targets/<h0>/<h1>/<h2>/<h3>), and a journal
+			// file whose records are all in groups goes.
+			file(path.Join("journal", folder), strings.Join(records, "\n")+"\n")
+			journal = append(journal, records)
+			digit := (k - 1) % 16
+			changed := map[string]bool{}
+			for j := merged[digit]; j < len(journal); j++ {
+				for _, r := range journal[j] {
+					key, _, _ := strings.Cut(r, " ")
+					if g := recordsIn16s.group(key); g[len("targets/")] == "0123456789abcdef"[digit] {
+						groups[g] = append(groups[g], r)
+						changed[g] = true
+					}
+				}
+			}
+			merged[digit] = len(journal)
+			for g := range changed {
+				file(g, groupFile(g, groups[g]))
+			}
+			done := slices.Min(merged[:])
+			for ; dropped < done; dropped++ {
+				fmt.Fprintf(w, "D journal/bounded-%04d\n", dropped+1)
+			}
+		default:
 			changed := map[string]bool{}
 			for _, r := range records {
 				key, _, _ := strings.Cut(r, " ")
@@ -243,8 +279,7 @@ func boundedHistory(work, seed, tmpl, seedID, tenants string, tiers []string, me
 				changed[g] = true
 			}
 			for g := range changed {
-				file(g, "# tenant-worker ledger: targets whose key's sha256 starts "+strings.ReplaceAll(strings.TrimPrefix(g, "targets/"), "/", "")+
-					": key, send time (Unix ms, SQS SentTimestamp) of the last message applied to it, value\n"+strings.Join(groups[g], "\n")+"\n")
+				file(g, groupFile(g, groups[g]))
 			}
 		}
 		file(path.Join("messages", folder), strings.Join(ids, "\n")+"\n")
@@ -272,6 +307,12 @@ func boundedHistory(work, seed, tmpl, seedID, tenants string, tiers []string, me
 	return tips, ledgerTips, nil
 }
 
+// groupFile is the content of key group g holding records.
+func groupFile(g string, records []string) string {
+	return "# tenant-worker ledger: targets whose key's sha256 starts " + strings.ReplaceAll(strings.TrimPrefix(g, "targets/"), "/", "") +
+		": key, send time (Unix ms, SQS SentTimestamp) of the last message applied to it, value\n" + strings.Join(records, "\n") + "\n"
+}
+
 // recordLayout is where boundedPushes puts the ledger's records.
 type recordLayout int
 
@@ -286,6 +327,12 @@ const (
 	// before 2026-12-05, targets/<h0h1>/<h2h3> (257 folders, of up to 256
 	// entries).
 	recordsIn256s
+	// recordsJournal: each push's records in a journal file, and those of
+	// one first hex digit in 16, in turn, merged from every journal file
+	// into the groups of recordsIn16s; a journal file goes once all 16
+	// have been merged from it (16 pushes later). A lookup would read its
+	// key's group and at most 16 journal files.
+	recordsJournal
 )
 
 func (l recordLayout) String() string {
@@ -294,13 +341,15 @@ func (l recordLayout) String() string {
 		return "targets/<h0>/<h1>/<h2>/<h3>"
 	case recordsIn256s:
 		return "targets/<h0h1>/<h2h3>"
+	case recordsJournal:
+		return "a journal file per push, merged into targets/<h0>/<h1>/<h2>/<h3> a 16th at a time"
 	}
 	return "a file per push"
 }
 
 // name is the layout in a repository's name.
 func (l recordLayout) name() string {
-	return [...]string{"per-push", "16s", "256s"}[l]
+	return [...]string{"per-push", "16s", "256s", "journal"}[l]
 }
 
 // group is the file of key's records.

@@ -635,7 +635,7 @@ func ledgerBacklog(ctx context.Context, o LedgerOptions, api *sqs.Client, h ledg
 			}
 			b.Peers = append(b.Peers, p)
 		}
-		for _, records := range []recordLayout{recordsPerPush, recordsIn16s, recordsIn256s} {
+		for _, records := range []recordLayout{recordsPerPush, recordsIn16s, recordsIn256s, recordsJournal} {
 			p, err := boundedPushes(h, name, strings.TrimSpace(seed), n, maxBatch(), b.Window, records, progress)
 			if err != nil {
 				return b, fmt.Errorf("the git CLI's pushes of the same size (records: %s): %w", records, err)

@@ -161,6 +161,31 @@ func TestBoundedPushesAddTheSameEveryTime(t *testing.T) {
 			t.Errorf("%s: %d groups for %d records", layout, n, messages)
 		}
 	}
+	// In a journal: every record is in its key's group or in a journal
+	// file not yet merged from, and at most 16 journal files are left. In
+	// pushes of 5, 24 of them: files go once every digit is merged.
+	const small = 5
+	if _, err := boundedPushes(h, "src.git", seed, messages, small, 2*small, recordsJournal, io.Discard); err != nil {
+		t.Fatal(err)
+	}
+	peer = "ledger-peer-bounded-" + recordsJournal.name() + ".git"
+	if records, err = srv.Output(peer, "grep", "-h", "-e", "^tenant/", "-e", "^release/", ledgerBranch, "--", "targets", "journal"); err != nil {
+		t.Fatal(err)
+	}
+	distinct := map[string]bool{}
+	for _, r := range strings.Split(strings.TrimSpace(records), "\n") {
+		distinct[r] = true
+	}
+	if len(distinct) != 2*messages {
+		t.Errorf("journal: %d distinct ledger records, want %d", len(distinct), 2*messages)
+	}
+	journal, err := srv.Output(peer, "ls-tree", "--name-only", ledgerBranch+":journal")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := len(strings.Fields(journal)); n == 0 || n > 16 {
+		t.Errorf("journal: %d files left after %d pushes, want 1 to 16", n, messages/small)
+	}
 }
 
 // seeded is the path on main of the one file named base in repo.
