@@ -118,6 +118,17 @@ func (s *syncBuffer) String() string {
 	return s.b.String()
 }
 
+// naming returns the log lines, as written, that contain text anywhere.
+func (s *syncBuffer) naming(text string) []string {
+	var out []string
+	for _, l := range strings.Split(s.String(), "\n") {
+		if strings.Contains(l, text) {
+			out = append(out, l)
+		}
+	}
+	return out
+}
+
 // lines returns the JSON log lines with field key equal to value.
 func (s *syncBuffer) lines(key, value string) []map[string]any {
 	var out []map[string]any
@@ -434,24 +445,33 @@ func (h *harness) deadLetters(url string, want int) map[string]types.Message {
 			h.t.Fatalf("timed out after 30s waiting for %d dead letters: %s\nworker log:\n%s",
 				want, h.dlqReport(url, copies), tail(h.logs.String(), 4000))
 		}
-		// A message handed to a receive whose answer never arrives is
-		// invisible for the receive's visibility timeout: keep that short,
-		// so such a loss on the test's side delays the read, not fails it.
-		out, err := h.api.ReceiveMessage(context.Background(), &sqs.ReceiveMessageInput{
-			QueueUrl: aws.String(url), MaxNumberOfMessages: 10, WaitTimeSeconds: 1, VisibilityTimeout: 2,
-			MessageAttributeNames: []string{"All"},
-		})
-		if err != nil {
-			h.t.Fatal(err)
-		}
-		for _, m := range out.Messages {
-			id := aws.ToString(m.MessageAttributes["source_message_id"].StringValue)
-			got[id] = m
-			copies[id]++
-			_, _ = h.api.DeleteMessage(context.Background(), &sqs.DeleteMessageInput{QueueUrl: aws.String(url), ReceiptHandle: m.ReceiptHandle})
-		}
+		h.takeDead(url, 1, got, copies)
 	}
 	return got
+}
+
+// takeDead is one receive from a dead-letter queue, waiting up to wait
+// seconds: each message it brings is kept in got and counted in copies,
+// by source message id, and deleted. It reports how many it brought. A
+// message handed to a receive whose answer never arrives is invisible for
+// the receive's visibility timeout: that is kept short, so such a loss on
+// the test's side delays the read, not fails it.
+func (h *harness) takeDead(url string, wait int32, got map[string]types.Message, copies map[string]int) int {
+	h.t.Helper()
+	out, err := h.api.ReceiveMessage(context.Background(), &sqs.ReceiveMessageInput{
+		QueueUrl: aws.String(url), MaxNumberOfMessages: 10, WaitTimeSeconds: wait, VisibilityTimeout: 2,
+		MessageAttributeNames: []string{"All"},
+	})
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	for _, m := range out.Messages {
+		id := aws.ToString(m.MessageAttributes["source_message_id"].StringValue)
+		got[id] = m
+		copies[id]++
+		_, _ = h.api.DeleteMessage(context.Background(), &sqs.DeleteMessageInput{QueueUrl: aws.String(url), ReceiptHandle: m.ReceiptHandle})
+	}
+	return len(out.Messages)
 }
 
 // dlqReport says what a read of a dead-letter queue found (copies per
@@ -469,40 +489,31 @@ func (h *harness) dlqReport(url string, copies map[string]int) string {
 }
 
 // drainDLQ reads everything in a dead-letter queue: source message id to
-// reason. It returns once the queue holds nothing, in flight included: a
-// message handed to a receive whose answer was lost on the way is
-// invisible for that receive's visibility timeout, which is kept short so
-// that it is read again, not missed.
+// reason. It returns once the queue holds nothing, in flight included, so
+// that what a receive whose answer was lost took is read once it is
+// visible again (takeDead), not missed.
 func (h *harness) drainDLQ(url string) map[string]string {
 	h.t.Helper()
-	got := map[string]string{}
+	got := map[string]types.Message{}
 	copies := map[string]int{}
 	deadline := time.Now().Add(30 * time.Second)
-	wait := int32(0)
+	wait := int32(0) // none while receives bring messages
 	for {
-		out, err := h.api.ReceiveMessage(context.Background(), &sqs.ReceiveMessageInput{
-			QueueUrl: aws.String(url), MaxNumberOfMessages: 10, WaitTimeSeconds: wait, VisibilityTimeout: 2,
-			MessageAttributeNames: []string{"All"},
-		})
-		if err != nil {
-			h.t.Fatal(err)
-		}
-		for _, m := range out.Messages {
-			id := aws.ToString(m.MessageAttributes["source_message_id"].StringValue)
-			got[id] = aws.ToString(m.MessageAttributes["reason"].StringValue)
-			copies[id]++
-			_, _ = h.api.DeleteMessage(context.Background(), &sqs.DeleteMessageInput{QueueUrl: aws.String(url), ReceiptHandle: m.ReceiptHandle})
-		}
-		if len(out.Messages) > 0 {
+		if h.takeDead(url, wait, got, copies) > 0 {
 			wait = 0
 			continue
 		}
 		if h.queueCount(url) == 0 {
-			return got
+			break
 		}
 		if time.Now().After(deadline) {
 			h.t.Fatalf("a dead-letter queue still holds messages after 30s: %s", h.dlqReport(url, copies))
 		}
 		wait = 1 // what is in flight comes back within the visibility timeout
 	}
+	reasons := make(map[string]string, len(got))
+	for id, m := range got {
+		reasons[id] = aws.ToString(m.MessageAttributes["reason"].StringValue)
+	}
+	return reasons
 }

@@ -199,7 +199,7 @@ func TestFaultRun(t *testing.T) {
 			rejected++
 			if dead[id] == "" {
 				t.Errorf("rejected message %s not in a dead-letter queue (dead letters read: %d); its log lines:\n%s",
-					id, len(dead), strings.Join(linesNaming(logs, id), "\n"))
+					id, len(dead), strings.Join(logs.naming(id), "\n"))
 			}
 		}
 	}
@@ -304,17 +304,6 @@ func (h *harness) waitAccounted(want map[string]string, logs *syncBuffer, timeou
 		return true
 	})
 	return counts
-}
-
-// linesNaming returns the log lines that name id.
-func linesNaming(logs *syncBuffer, id string) []string {
-	var out []string
-	for _, l := range strings.Split(logs.String(), "\n") {
-		if strings.Contains(l, id) {
-			out = append(out, l)
-		}
-	}
-	return out
 }
 
 // retries counts the attempts after a lost race that workers rebased and

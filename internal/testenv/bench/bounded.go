@@ -207,7 +207,7 @@ func boundedHistory(work, seed, tmpl, seedID, tenants string, tiers []string, me
 	groups := map[string][]string{} // a record group's records
 	// recordsJournal: each push's records, how many journal files each
 	// first hex digit's records were merged from, how many files went.
-	var journal [][]string
+	var journal [][]journaled
 	var merged [16]int
 	dropped := 0
 	pushes := (messages + batch - 1) / batch
@@ -241,6 +241,11 @@ func boundedHistory(work, seed, tmpl, seedID, tenants string, tiers []string, me
 			file(path.Join(tenants, tier, "kustomization.yaml"), tierLists[tier])
 		}
 		commit(ledgerRef, 2*k+1, fmt.Sprintf("ledger %d", k), "")
+		changed := map[string]bool{} // the key groups this push writes
+		add := func(g, r string) {
+			groups[g] = append(groups[g], r)
+			changed[g] = true
+		}
 		switch layout {
 		case recordsPerPush:
 			file(path.Join("records", folder), strings.Join(records, "\n")+"\n")
@@ -250,37 +255,32 @@ func boundedHistory(work, seed, tmpl, seedID, tenants string, tiers []string, me
 			// their key groups (targets/<h0>/<h1>/<h2>/<h3>), and a journal
 			// file whose records are all in groups goes.
 			file(path.Join("journal", folder), strings.Join(records, "\n")+"\n")
-			journal = append(journal, records)
+			entries := make([]journaled, len(records))
+			for i, r := range records {
+				key, _, _ := strings.Cut(r, " ")
+				entries[i] = journaled{group: recordsIn16s.group(key), record: r}
+			}
+			journal = append(journal, entries)
 			digit := (k - 1) % 16
-			changed := map[string]bool{}
-			for j := merged[digit]; j < len(journal); j++ {
-				for _, r := range journal[j] {
-					key, _, _ := strings.Cut(r, " ")
-					if g := recordsIn16s.group(key); g[len("targets/")] == "0123456789abcdef"[digit] {
-						groups[g] = append(groups[g], r)
-						changed[g] = true
+			for _, entries := range journal[merged[digit]:] {
+				for _, e := range entries {
+					if e.group[len("targets/")] == "0123456789abcdef"[digit] {
+						add(e.group, e.record)
 					}
 				}
 			}
 			merged[digit] = len(journal)
-			for g := range changed {
-				file(g, groupFile(g, groups[g]))
-			}
-			done := slices.Min(merged[:])
-			for ; dropped < done; dropped++ {
+			for done := slices.Min(merged[:]); dropped < done; dropped++ {
 				fmt.Fprintf(w, "D journal/bounded-%04d\n", dropped+1)
 			}
 		default:
-			changed := map[string]bool{}
 			for _, r := range records {
 				key, _, _ := strings.Cut(r, " ")
-				g := layout.group(key)
-				groups[g] = append(groups[g], r)
-				changed[g] = true
+				add(layout.group(key), r)
 			}
-			for g := range changed {
-				file(g, groupFile(g, groups[g]))
-			}
+		}
+		for g := range changed {
+			file(g, groupFile(g, groups[g]))
 		}
 		file(path.Join("messages", folder), strings.Join(ids, "\n")+"\n")
 	}
@@ -306,6 +306,9 @@ func boundedHistory(work, seed, tmpl, seedID, tenants string, tiers []string, me
 	}
 	return tips, ledgerTips, nil
 }
+
+// journaled is a record in a journal file, and the key group it goes to.
+type journaled struct{ group, record string }
 
 // groupFile is the content of key group g holding records.
 func groupFile(g string, records []string) string {
