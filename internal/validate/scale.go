@@ -228,13 +228,54 @@ func (c *Checker) buildLarge(src Indexer, dir string, changed []string, files []
 		return err
 	}
 
+	// idx now holds exactly files, and has checked them all against each
+	// other: the parts below need not meet in one build.
+	for _, part := range buildParts(dir, changed) {
+		if err := buildPruned(src, dir, part, files, kusts, idx); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// buildPart bounds the changed paths one pruned build holds. Kustomize
+// checks each resource it adds against every one added before it, so one
+// build of a batch's changes costs the square of the batch: 1,000 new
+// tenants took 2.1 s to validate, 500 took 0.74 s. In parts the cost
+// follows the batch. Each part still holds every kustomization on the way
+// to its changes, with the same context; two changed resources in
+// different parts are checked against each other by the id index, as
+// changed and unchanged ones always were.
+const buildPart = 128
+
+// buildParts splits the changed paths below dir into parts of at most
+// buildPart, in path order, so that a part's changes share few folders.
+// There is always one part, empty when nothing below dir changed, so that
+// the tree is still built.
+func buildParts(dir string, changed []string) [][]string {
+	var below []string
+	for _, p := range changed {
+		if strings.HasPrefix(p, dir+"/") {
+			below = append(below, p)
+		}
+	}
+	slices.Sort(below)
+	below = slices.Compact(below)
+	if len(below) == 0 {
+		return [][]string{nil}
+	}
+	return slices.Collect(slices.Chunk(below, buildPart))
+}
+
+// buildPruned runs kustomize over a pruned copy of the tree at dir: the
+// changed paths, every kustomization above them, and some context.
+func buildPruned(src Indexer, dir string, changed []string, files []resourceFile, kusts []string, idx *dupIndex) error {
 	isChanged := map[fileKey]bool{}
 	for _, p := range changed {
 		isChanged[keyOf(p)] = true
 	}
-	// idx now holds exactly files. Folders holding a changed path stay
-	// whole; the others are context like unchanged files, and what they
-	// list is left out with them.
+	// Folders holding a changed path stay whole; the others are context
+	// like unchanged files, and what they list is left out with them.
 	pr := &pruning{isFile: func(k fileKey) bool { _, ok := idx.files[k]; return ok }, isChanged: isChanged,
 		changedDir: map[string]bool{}, kept: map[fileKey]bool{}, dropped: map[string]bool{}}
 	for _, p := range changed {

@@ -7,6 +7,7 @@ import (
 	"io/fs"
 	"math/rand/v2"
 	"os"
+	"path"
 	"slices"
 	"strings"
 	"testing"
@@ -218,5 +219,58 @@ func TestDuplicateIndexRandomEdits(t *testing.T) {
 			// Repair, as a human would: rebuild a clean folder.
 			m = large(t, fullBuildLimit+10+step)
 		}
+	}
+}
+
+// TestLargeChangeIsBuiltInParts: a change of more paths than buildPart
+// (a batch of new tenants, here a migration of 400 to shard folders) is
+// built by kustomize in parts of at most buildPart, each of them: a shard
+// list that only kustomize refuses (a patch file that is not there), in
+// the folder that sorts last, is still refused.
+func TestLargeChangeIsBuiltInParts(t *testing.T) {
+	setup := func(t *testing.T) (fstest.MapFS, []string, gitops.Layout) {
+		m := seed(t)
+		l := gitops.Layout{Root: root}
+		k := l.TierKustomization("premium")
+		data := string(m[k].Data)
+		for i := range 3*buildPart + 16 {
+			id := fmt.Sprintf("seed-%d", i)
+			m[l.TierDir("premium")+"/"+id+".yaml"] = &fstest.MapFile{Data: []byte(tenant(t, m, "premium", id))}
+			data += "\n  - " + id + ".yaml"
+		}
+		m[k].Data = []byte(data)
+		files, err := l.Migrate(gitops.FS{FS: m}, 100)
+		if err != nil {
+			t.Fatal(err)
+		}
+		l.Shards = 100
+		return m, reviewApply(m, files), l
+	}
+
+	m, changed, l := setup(t)
+	parts := buildParts(l.TenantsDir(), changed)
+	var union []string
+	for _, p := range parts {
+		if len(p) == 0 || len(p) > buildPart {
+			t.Errorf("a part of %d paths, want 1 to %d", len(p), buildPart)
+		}
+		union = append(union, p...)
+	}
+	if len(parts) < 3 || !slices.Equal(union, changed) {
+		t.Fatalf("%d parts holding %d paths, want at least 3 holding the %d changed, in order", len(parts), len(union), len(changed))
+	}
+	if err := NewChecker(l).CheckDirs(indexFS{gitops.FS{FS: m}, m}, changed); err != nil {
+		t.Fatalf("the migrated tree: %v", err)
+	}
+
+	m, changed, l = setup(t)
+	last := path.Dir(changed[len(changed)-1]) + "/kustomization.yaml"
+	if !slices.Contains(changed, last) || !strings.Contains(last, "/premium/") || last == l.TierKustomization("premium") {
+		t.Fatalf("setup: the last changed folder's list %s is not a changed shard list", last)
+	}
+	m[last].Data = append(m[last].Data, "\npatches:\n  - path: missing-patch.yaml\n"...)
+	err := NewChecker(l).CheckDirs(indexFS{gitops.FS{FS: m}, m}, changed)
+	if err == nil || !strings.Contains(err.Error(), "kustomize build") {
+		t.Fatalf("a shard list kustomize refuses, in the last part: %v", err)
 	}
 }
