@@ -143,11 +143,27 @@ func TestRunHistoryHoldsABatch(t *testing.T) {
 	}
 	url["RUN_HISTORY"] = "200"
 	_, err := bind(t, url)
-	if err == nil || !strings.Contains(err.Error(), "RUN_HISTORY (200) must be at least MAX_BATCH (500)") {
-		t.Errorf("RUN_HISTORY 200 with MAX_BATCH 500: %v", err)
+	if err == nil || !strings.Contains(err.Error(), "RUN_HISTORY (200) must be at least MAX_BATCH (1000)") {
+		t.Errorf("RUN_HISTORY 200 with MAX_BATCH 1000: %v", err)
 	}
 	url["MAX_BATCH"] = "200"
 	if _, err := bind(t, url); err != nil {
 		t.Errorf("RUN_HISTORY 200 with MAX_BATCH 200: %v", err)
+	}
+}
+
+// TestMaxBatchBounds: MAX_BATCH runs from SQS_MAX_MESSAGES to 1,000, and
+// a value outside is refused with the bounds.
+func TestMaxBatchBounds(t *testing.T) {
+	for _, tt := range []struct {
+		max, batch string
+		ok         bool
+	}{{"10", "1000", true}, {"10", "1001", false}, {"10", "10", true}, {"10", "9", false}, {"2", "2", true}} {
+		url := map[string]string{"GIT_REPO_URL": "http://127.0.0.1:3000/admin/gitops.git",
+			"SQS_MAX_MESSAGES": tt.max, "MAX_BATCH": tt.batch, "RUN_HISTORY": "1000"}
+		_, err := bind(t, url)
+		if tt.ok != (err == nil) || err != nil && !strings.Contains(err.Error(), "MAX_BATCH must be SQS_MAX_MESSAGES to 1000, not "+tt.batch) {
+			t.Errorf("SQS_MAX_MESSAGES %s, MAX_BATCH %s: %v", tt.max, tt.batch, err)
+		}
 	}
 }

@@ -18,7 +18,7 @@ import (
 )
 
 // BenchmarkBatchInShardFolders is the worker's cost of one batch of
-// MAX_BATCH onboardings (500 by default; 200 until 2026-12-06) at 1,000
+// MAX_BATCH onboardings (1,000 by default; 500 until 2026-12-06 evening, 200 before) at 1,000
 // and at 21,000 tenants (the repository before and after the ledger
 // bench's backlog of 20,000), in 100 shard
 // folders per tier: the pipeline in process against git's http-backend,
