@@ -547,9 +547,15 @@ func (b *batch) run(ctx context.Context) (again, error) {
 	if b.tip == b.base && b.ledgerTip == b.ledgerBase {
 		return "", nil
 	}
-	if !b.perJob && b.tip != b.base {
-		if err := b.checkTip(); err != nil {
+	if b.tip != b.base {
+		if err := b.checkTip(); err != nil && !b.perJob {
 			return jobByJob, err
+		} else if err != nil {
+			// Each message passed on its own and together they do not
+			// build (resources that a kustomization's patch or prefix
+			// makes one): nothing tells whose the fault is, and what
+			// Flux would refuse is not pushed.
+			return "", fmt.Errorf("%w: the batch's changes build one by one but not together: %v", gitops.ErrBroken, err)
 		}
 	}
 	if b.dryRun {

@@ -116,6 +116,7 @@ func (b *batch) applyJob(ctx context.Context, i int) {
 			}
 			return b.blame(before, job, err)
 		}
+		b.changed = append(b.changed, paths...) // the tip is built too
 		return nil
 	})
 	if err == nil {

@@ -10,6 +10,7 @@ import (
 
 	"sigs.k8s.io/kustomize/api/krusty"
 	"sigs.k8s.io/kustomize/kyaml/filesys"
+	"sigs.k8s.io/kustomize/kyaml/resid"
 	"sigs.k8s.io/yaml"
 
 	"github.com/tenant-worker/tenant-worker/internal/gitops"
@@ -96,29 +97,34 @@ func (c *ids) get(src Indexer, f resourceFile) ([]string, error) {
 	return v, nil
 }
 
-// resourceIDs names each document of a resource file the way kustomize
-// tells resources apart: group/version, kind, namespace and name.
+// resourceIDs names each resource of a resource file the way kustomize
+// tells resources apart when it refuses a duplicate: group, version and
+// kind, the effective namespace (none for a cluster-scoped kind, "default"
+// for a namespaced one without), and name; the items of a list are
+// resources of their own.
 func resourceIDs(content []byte) ([]string, error) {
 	var out []string
 	for i, doc := range gitops.Documents(content) {
 		if strings.TrimSpace(doc) == "" {
 			continue
 		}
-		var r struct {
-			APIVersion string `json:"apiVersion"`
-			Kind       string `json:"kind"`
-			Metadata   struct {
-				Name      string `json:"name"`
-				Namespace string `json:"namespace"`
-			} `json:"metadata"`
-		}
-		if err := yaml.Unmarshal([]byte(doc), &r); err != nil {
+		var body map[string]any
+		if err := yaml.Unmarshal([]byte(doc), &body); err != nil {
 			return nil, fmt.Errorf("document %d: %w", i+1, err)
 		}
-		if r.Kind == "" || r.Metadata.Name == "" {
-			return nil, fmt.Errorf("document %d: kind and metadata.name are required", i+1)
+		for _, r := range gitops.Expand(body) {
+			apiVersion, _ := r["apiVersion"].(string)
+			kind, _ := r["kind"].(string)
+			meta, _ := r["metadata"].(map[string]any)
+			name, _ := meta["name"].(string)
+			namespace, _ := meta["namespace"].(string)
+			if kind == "" || name == "" {
+				return nil, fmt.Errorf("document %d: kind and metadata.name are required", i+1)
+			}
+			g, v := resid.ParseGroupVersion(apiVersion)
+			id := resid.NewResIdWithNamespace(resid.NewGvk(g, v, kind), name, namespace)
+			out = append(out, apiVersion+"|"+kind+"|"+id.EffectiveNamespace()+"|"+name)
 		}
-		out = append(out, r.APIVersion+"|"+r.Kind+"|"+r.Metadata.Namespace+"|"+r.Metadata.Name)
 	}
 	return out, nil
 }
@@ -228,14 +234,49 @@ func (c *Checker) buildLarge(src Indexer, dir string, changed []string, files []
 		return err
 	}
 
-	// idx now holds exactly files, and has checked them all against each
-	// other: the parts below need not meet in one build.
-	for _, part := range buildParts(dir, changed) {
+	// idx now holds exactly files, and has checked their ids against each
+	// other as kustomize does. Where every kustomization only lists
+	// resources, nothing else makes two resources meet, and the change is
+	// built in parts; else (a namespace, a prefix, patches, generators)
+	// in one build, as kustomize would see it.
+	parts := [][]string{changed}
+	if ok, err := onlyResources(src, kusts); err != nil {
+		return fmt.Errorf("kustomize build %s: %w", dir, err)
+	} else if ok {
+		parts = buildParts(dir, changed)
+	}
+	for _, part := range parts {
 		if err := buildPruned(src, dir, part, files, kusts, idx); err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+// onlyResources reports whether each kustomization holds nothing but its
+// resources list (and apiVersion, kind, metadata). One that cannot be read
+// so is left to kustomize, in one build.
+func onlyResources(src Indexer, kusts []string) (bool, error) {
+	for _, k := range kusts {
+		content, err := src.ReadFile(k)
+		if err != nil {
+			return false, err
+		}
+		rest, err := kustomization.Rest(content)
+		if err != nil {
+			return false, nil
+		}
+		var m map[string]any
+		if err := yaml.Unmarshal(rest, &m); err != nil {
+			return false, nil
+		}
+		for key := range m {
+			if key != "apiVersion" && key != "kind" && key != "metadata" {
+				return false, nil
+			}
+		}
+	}
+	return true, nil
 }
 
 // buildPart bounds the changed paths one pruned build holds. Kustomize

@@ -5,6 +5,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"io/fs"
+	"maps"
 	"math/rand/v2"
 	"os"
 	"path"
@@ -273,4 +274,97 @@ func TestLargeChangeIsBuiltInParts(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "kustomize build") {
 		t.Fatalf("a shard list kustomize refuses, in the last part: %v", err)
 	}
+}
+
+// TestLargeChangeClashesAcrossParts: two new resources that kustomize
+// takes for one, in files that the parts of a large change keep apart
+// (aa.yaml sorts first, zz.yaml last, 2*buildPart new tenants between
+// them), are refused: by the id index when kustomize tells them apart by
+// its effective namespace or a list's items, and by one build when a
+// kustomization's patch makes them one.
+func TestLargeChangeClashesAcrossParts(t *testing.T) {
+	cm := func(ns string) string {
+		s := "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: clash\n"
+		if ns != "" {
+			s += "  namespace: " + ns + "\n"
+		}
+		return s
+	}
+	tests := []struct {
+		name, aa, zz, kustomization string
+	}{
+		{"no namespace and default", cm(""), cm("default"), ""},
+		{"a cluster-scoped kind with a namespace", "apiVersion: rbac.authorization.k8s.io/v1\nkind: ClusterRole\nmetadata:\n  name: clash\n",
+			"apiVersion: rbac.authorization.k8s.io/v1\nkind: ClusterRole\nmetadata:\n  name: clash\n  namespace: flux-system\n", ""},
+		{"an item of a list", cm("default"), "apiVersion: v1\nkind: ConfigMapList\nitems:\n  - apiVersion: v1\n    kind: ConfigMap\n    metadata:\n      name: clash\n", ""},
+		{"a patch that gives both one namespace", cm("a"), cm("b"),
+			"patches:\n  - target:\n      kind: ConfigMap\n      name: clash\n    patch: |-\n      - op: replace\n        path: /metadata/namespace\n        value: same\n"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			m := large(t, 100)
+			dir := root + "/tenants/premium"
+			kpath := dir + "/kustomization.yaml"
+			changed := []string{kpath}
+			add := func(name, content string) {
+				m[dir+"/"+name] = &fstest.MapFile{Data: []byte(content)}
+				m[kpath].Data = append(m[kpath].Data, "\n  - "+name...)
+				changed = append(changed, dir+"/"+name)
+			}
+			add("aa.yaml", tt.aa)
+			for i := range 2 * buildPart {
+				add(fmt.Sprintf("new-%d.yaml", i), tenant(t, m, "premium", fmt.Sprintf("new-%d", i)))
+			}
+			add("zz.yaml", tt.zz)
+			m[kpath].Data = append(m[kpath].Data, "\n"+tt.kustomization...)
+			src := indexFS{gitops.FS{FS: m}, m}
+			if err := Build(src, root+"/tenants"); err == nil || !strings.Contains(err.Error(), "already registered id") {
+				t.Fatalf("setup: kustomize builds the whole tree: %v", err)
+			}
+			err := NewChecker(gitops.Layout{Root: root}).CheckDirs(src, changed)
+			if err == nil || !strings.Contains(err.Error(), "already registered id") {
+				t.Fatalf("CheckDirs = %v, want the clash kustomize refuses", err)
+			}
+		})
+	}
+}
+
+// TestCheckOfOtherPathsOnOneTree: a large tree's check judges the changed
+// paths it is given; on the same tree, a check of other paths is not
+// answered with the verdict of the first (the batch's refusal must not
+// fall on whichever message's check comes next on that tree).
+func TestCheckOfOtherPathsOnOneTree(t *testing.T) {
+	m := large(t, 100)
+	dir := root + "/tenants/premium"
+	kpath := dir + "/kustomization.yaml"
+	for _, f := range []string{"aa", "zz"} {
+		m[dir+"/"+f+".yaml"] = &fstest.MapFile{Data: []byte("apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: clash\n  namespace: " + f + "\n")}
+		m[kpath].Data = append(m[kpath].Data, "\n  - "+f+".yaml"...)
+	}
+	// A patch gives both one namespace: kustomize refuses them together.
+	m[kpath].Data = append(m[kpath].Data, "\npatches:\n  - target:\n      kind: ConfigMap\n      name: clash\n    patch: |-\n      - op: replace\n        path: /metadata/namespace\n        value: same\n"...)
+	src := hashedFS{indexFS{gitops.FS{FS: m}, m}}
+	c := NewChecker(gitops.Layout{Root: root})
+	if err := c.CheckDirs(src, []string{dir + "/aa.yaml", dir + "/zz.yaml", kpath}); err == nil {
+		t.Fatal("both clashing files changed: accepted")
+	}
+	one := []string{dir + "/seed-7.yaml"}
+	got, fresh := c.CheckDirs(src, one), NewChecker(gitops.Layout{Root: root}).CheckDirs(src, one)
+	if (got == nil) != (fresh == nil) {
+		t.Fatalf("seed-7 alone on the same tree: %v, a fresh check: %v", got, fresh)
+	}
+}
+
+// hashedFS is an indexFS that names a folder's content by a hash, as a git
+// snapshot does, so that the Checker keeps its verdicts.
+type hashedFS struct{ indexFS }
+
+func (x hashedFS) DirHash(dir string) (string, error) {
+	h := sha1.New()
+	for _, name := range slices.Sorted(maps.Keys(x.m)) {
+		if strings.HasPrefix(name, dir+"/") {
+			fmt.Fprintf(h, "%s\x00%s\x00", name, x.m[name].Data)
+		}
+	}
+	return hex.EncodeToString(h.Sum(nil)), nil
 }
