@@ -322,6 +322,11 @@ func (o *Options) ValidateGroups(groups Group) error {
 	if o.MaxMessages < 1 || o.MaxMessages > 10 {
 		errs = append(errs, fmt.Errorf("SQS_MAX_MESSAGES must be 1 to 10, not %d", o.MaxMessages))
 	}
+	if o.MaxBatch == Default().MaxBatch && o.RunHistory >= 1 && o.RunHistory < o.MaxBatch {
+		// RUN_HISTORY of 500-999 was valid beside the former default of
+		// 500: the default batch fits the history kept, as it did.
+		o.MaxBatch = max(o.RunHistory, o.MaxMessages)
+	}
 	if o.MaxBatch < o.MaxMessages || o.MaxBatch > maxBatch {
 		errs = append(errs, fmt.Errorf("MAX_BATCH must be SQS_MAX_MESSAGES to %d, not %d", maxBatch, o.MaxBatch))
 	}

@@ -141,10 +141,16 @@ func TestRunHistoryHoldsABatch(t *testing.T) {
 	if o, err := bind(t, url); err != nil || o.RunHistory < o.MaxBatch {
 		t.Fatalf("defaults: RUN_HISTORY %d, MAX_BATCH %d: %v", o.RunHistory, o.MaxBatch, err)
 	}
-	url["RUN_HISTORY"] = "200"
+	// RUN_HISTORY set alone below the default batch (valid before the
+	// default went from 500 to 1,000) brings the batch down to it.
+	url["RUN_HISTORY"] = "500"
+	if o, err := bind(t, url); err != nil || o.MaxBatch != 500 {
+		t.Errorf("RUN_HISTORY 500 alone: MAX_BATCH %d, %v; want 500", o.MaxBatch, err)
+	}
+	url["RUN_HISTORY"], url["MAX_BATCH"] = "200", "500"
 	_, err := bind(t, url)
-	if err == nil || !strings.Contains(err.Error(), "RUN_HISTORY (200) must be at least MAX_BATCH (1000)") {
-		t.Errorf("RUN_HISTORY 200 with MAX_BATCH 1000: %v", err)
+	if err == nil || !strings.Contains(err.Error(), "RUN_HISTORY (200) must be at least MAX_BATCH (500)") {
+		t.Errorf("RUN_HISTORY 200 with MAX_BATCH 500: %v", err)
 	}
 	url["MAX_BATCH"] = "200"
 	if _, err := bind(t, url); err != nil {
