@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+
+	"sigs.k8s.io/kustomize/kyaml/resid"
 )
 
 // dupIndex is the duplicate-id check of one folder, kept between checks:
@@ -20,6 +22,21 @@ type dupIndex struct {
 	// came from, which it keeps alive until the next check.
 	last  []resourceFile
 	exact bool
+	// effective keys ids by kustomize's effective namespace (none and
+	// "default" are one for a namespaced kind, a cluster-scoped kind has
+	// none): exact where no kustomization transforms ids. Elsewhere ids
+	// are keyed as written, since a prefix or a namespace of a folder can
+	// keep apart what the effective namespace would merge.
+	effective bool
+}
+
+// key is how the index tells resources apart.
+func (x *dupIndex) key(id resid.ResId) string {
+	ns := id.Namespace
+	if x.effective {
+		ns = id.EffectiveNamespace()
+	}
+	return id.Group + "/" + id.Version + "|" + id.Kind + "|" + ns + "|" + id.Name
 }
 
 // update brings the index to files, or returns the first duplicate id and
@@ -86,8 +103,8 @@ func (x *dupIndex) update(c *Checker, src Indexer, dir string, files []resourceF
 		if err != nil {
 			return fmt.Errorf("kustomize build %s: %w", dir, err)
 		}
-		for _, id := range ids {
-			if x.owner[id] == f.fileKey {
+		for _, rid := range ids {
+			if id := x.key(rid); x.owner[id] == f.fileKey {
 				freed[id] = true
 			}
 		}
@@ -99,8 +116,10 @@ func (x *dupIndex) update(c *Checker, src Indexer, dir string, files []resourceF
 		if err != nil {
 			return fmt.Errorf("kustomize build %s: %w", dir, err)
 		}
-		newIDs[i] = ids
-		for _, id := range ids {
+		for _, rid := range ids {
+			newIDs[i] = append(newIDs[i], x.key(rid))
+		}
+		for _, id := range newIDs[i] {
 			other, dup := claimed[id]
 			if !dup {
 				if o, ok := x.owner[id]; ok && !freed[id] {
@@ -135,16 +154,17 @@ func (x *dupIndex) update(c *Checker, src Indexer, dir string, files []resourceF
 	return nil
 }
 
-// dupIndexFor returns the folder's index, new and empty the first time.
-func (c *Checker) dupIndexFor(dir string) *dupIndex {
+// dupIndexFor returns the folder's index, new and empty the first time and
+// whenever the keying changes.
+func (c *Checker) dupIndexFor(dir string, effective bool) *dupIndex {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.dups == nil {
 		c.dups = map[string]*dupIndex{}
 	}
 	x, ok := c.dups[dir]
-	if !ok {
-		x = &dupIndex{files: map[fileKey]string{}, owner: map[string]fileKey{}}
+	if !ok || x.effective != effective {
+		x = &dupIndex{files: map[fileKey]string{}, owner: map[string]fileKey{}, effective: effective}
 		c.dups[dir] = x
 	}
 	return x

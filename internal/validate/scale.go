@@ -11,6 +11,7 @@ import (
 	"sigs.k8s.io/kustomize/api/krusty"
 	"sigs.k8s.io/kustomize/kyaml/filesys"
 	"sigs.k8s.io/kustomize/kyaml/resid"
+	kyaml "sigs.k8s.io/kustomize/kyaml/yaml"
 	"sigs.k8s.io/yaml"
 
 	"github.com/tenant-worker/tenant-worker/internal/gitops"
@@ -70,10 +71,10 @@ func keyOf(p string) fileKey { return fileKey{path.Dir(p), path.Base(p)} }
 // ids caches the resource ids of file contents by blob hash.
 type ids struct {
 	mu sync.Mutex
-	m  map[string][]string
+	m  map[string][]resid.ResId
 }
 
-func (c *ids) get(src Indexer, f resourceFile) ([]string, error) {
+func (c *ids) get(src Indexer, f resourceFile) ([]resid.ResId, error) {
 	c.mu.Lock()
 	v, ok := c.m[f.hash]
 	c.mu.Unlock()
@@ -90,40 +91,64 @@ func (c *ids) get(src Indexer, f resourceFile) ([]string, error) {
 	}
 	c.mu.Lock()
 	if c.m == nil || len(c.m) > 200_000 {
-		c.m = map[string][]string{}
+		c.m = map[string][]resid.ResId{}
 	}
 	c.m[strings.Clone(f.hash)] = v
 	c.mu.Unlock()
 	return v, nil
 }
 
-// resourceIDs names each resource of a resource file the way kustomize
-// tells resources apart when it refuses a duplicate: group, version and
-// kind, the effective namespace (none for a cluster-scoped kind, "default"
-// for a namespaced one without), and name; the items of a list are
-// resources of their own.
-func resourceIDs(content []byte) ([]string, error) {
-	var out []string
+// resourceIDs names each resource of a resource file as kustomize does,
+// reading YAML as it does (1.2: a tenant named yes, on or 123 has that
+// name): group and version, kind, namespace, name; the items of a list
+// are resources of their own, and an empty item is none.
+func resourceIDs(content []byte) ([]resid.ResId, error) {
+	var out []resid.ResId
+	var add func(i int, n *kyaml.RNode, item bool) error
+	add = func(i int, n *kyaml.RNode, item bool) error {
+		if n.IsNilOrEmpty() {
+			if item {
+				return nil
+			}
+			return fmt.Errorf("document %d: kind and metadata.name are required", i+1)
+		}
+		if n.YNode().Kind != kyaml.MappingNode {
+			return fmt.Errorf("document %d: not a mapping", i+1)
+		}
+		kind := n.GetKind()
+		if items := n.Field("items"); strings.HasSuffix(kind, "List") && items != nil {
+			elements, err := items.Value.Elements()
+			if err != nil && !items.Value.IsNilOrEmpty() {
+				return fmt.Errorf("document %d: items: %w", i+1, err)
+			}
+			for _, it := range elements {
+				if err := add(i, it, true); err != nil {
+					return err
+				}
+			}
+			return nil
+		}
+		name, namespace := n.GetName(), n.GetNamespace()
+		if kind == "" || name == "" {
+			return fmt.Errorf("document %d: kind and metadata.name are required", i+1)
+		}
+		g, v := resid.ParseGroupVersion(n.GetApiVersion())
+		out = append(out, resid.NewResIdWithNamespace(resid.NewGvk(g, v, kind), name, namespace))
+		return nil
+	}
 	for i, doc := range gitops.Documents(content) {
 		if strings.TrimSpace(doc) == "" {
 			continue
 		}
-		var body map[string]any
-		if err := yaml.Unmarshal([]byte(doc), &body); err != nil {
+		n, err := kyaml.Parse(doc)
+		if err != nil {
 			return nil, fmt.Errorf("document %d: %w", i+1, err)
 		}
-		for _, r := range gitops.Expand(body) {
-			apiVersion, _ := r["apiVersion"].(string)
-			kind, _ := r["kind"].(string)
-			meta, _ := r["metadata"].(map[string]any)
-			name, _ := meta["name"].(string)
-			namespace, _ := meta["namespace"].(string)
-			if kind == "" || name == "" {
-				return nil, fmt.Errorf("document %d: kind and metadata.name are required", i+1)
-			}
-			g, v := resid.ParseGroupVersion(apiVersion)
-			id := resid.NewResIdWithNamespace(resid.NewGvk(g, v, kind), name, namespace)
-			out = append(out, apiVersion+"|"+kind+"|"+id.EffectiveNamespace()+"|"+name)
+		if n.IsNilOrEmpty() {
+			continue // comments only
+		}
+		if err := add(i, n, false); err != nil {
+			return nil, err
 		}
 	}
 	return out, nil
@@ -227,22 +252,23 @@ func (pr *pruning) list(content []byte, kdir string, context int) ([]byte, error
 // changed entries and a few others, so it still judges the kustomizations
 // themselves and every new resource.
 func (c *Checker) buildLarge(src Indexer, dir string, changed []string, files []resourceFile, kusts []string) error {
-	idx := c.dupIndexFor(dir)
+	// Where every kustomization only lists resources, nothing transforms
+	// ids or makes two resources meet: the index keys ids as kustomize
+	// does, and the change is built in parts. Else (a namespace, a prefix,
+	// patches, replacements) ids are keyed as written and the change is
+	// built in one pruned piece, as before the parts.
+	plain, err := onlyResources(src, kusts)
+	if err != nil {
+		return fmt.Errorf("kustomize build %s: %w", dir, err)
+	}
+	idx := c.dupIndexFor(dir, plain)
 	idx.mu.Lock()
 	defer idx.mu.Unlock()
 	if err := idx.update(c, src, dir, files); err != nil {
 		return err
 	}
-
-	// idx now holds exactly files, and has checked their ids against each
-	// other as kustomize does. Where every kustomization only lists
-	// resources, nothing else makes two resources meet, and the change is
-	// built in parts; else (a namespace, a prefix, patches, generators)
-	// in one build, as kustomize would see it.
 	parts := [][]string{changed}
-	if ok, err := onlyResources(src, kusts); err != nil {
-		return fmt.Errorf("kustomize build %s: %w", dir, err)
-	} else if ok {
+	if plain {
 		parts = buildParts(dir, changed)
 	}
 	for _, part := range parts {

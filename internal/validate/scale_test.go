@@ -368,3 +368,49 @@ func (x hashedFS) DirHash(dir string) (string, error) {
 	}
 	return hex.EncodeToString(h.Sum(nil)), nil
 }
+
+// TestLargeTreeIdsAsKustomizeReadsThem: what kustomize builds, the check
+// of a large tree accepts: tenants whose names YAML 1.1 reads as booleans
+// or numbers (valid tenant ids), an empty item of a list, and resources
+// that a folder's namePrefix keeps apart although their effective
+// namespaces are one.
+func TestLargeTreeIdsAsKustomizeReadsThem(t *testing.T) {
+	t.Run("names that are not strings in YAML 1.1", func(t *testing.T) {
+		m := large(t, 100)
+		dir := root + "/tenants/premium"
+		kpath := dir + "/kustomization.yaml"
+		changed := []string{kpath}
+		for _, id := range []string{"yes", "on", "no", "y", "123", "1e3"} {
+			m[dir+"/"+id+".yaml"] = &fstest.MapFile{Data: []byte(tenant(t, m, "premium", id))}
+			m[kpath].Data = append(m[kpath].Data, "\n  - "+id+".yaml"...)
+			changed = append(changed, dir+"/"+id+".yaml")
+		}
+		m[dir+"/list.yaml"] = &fstest.MapFile{Data: []byte("apiVersion: v1\nkind: ConfigMapList\nitems:\n  - {}\n  - apiVersion: v1\n    kind: ConfigMap\n    metadata:\n      name: listed\n")}
+		m[kpath].Data = append(m[kpath].Data, "\n  - list.yaml"...)
+		changed = append(changed, dir+"/list.yaml")
+		src := indexFS{gitops.FS{FS: m}, m}
+		if err := Build(src, root+"/tenants"); err != nil {
+			t.Fatalf("setup: kustomize refuses the tree: %v", err)
+		}
+		if err := NewChecker(gitops.Layout{Root: root}).CheckDirs(src, changed); err != nil {
+			t.Fatalf("CheckDirs: %v", err)
+		}
+	})
+	t.Run("a prefix keeps apart no namespace and default", func(t *testing.T) {
+		m := large(t, 100)
+		basic := root + "/tenants/basic/kustomization.yaml"
+		m[root+"/tenants/basic/settings.yaml"] = &fstest.MapFile{Data: []byte("apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: settings\n")}
+		m[basic].Data = append(m[basic].Data, "\n  - settings.yaml\nnamePrefix: basic-\n"...)
+		dir := root + "/tenants/premium"
+		kpath := dir + "/kustomization.yaml"
+		m[dir+"/settings.yaml"] = &fstest.MapFile{Data: []byte("apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: settings\n  namespace: default\n")}
+		m[kpath].Data = append(m[kpath].Data, "\n  - settings.yaml"...)
+		src := indexFS{gitops.FS{FS: m}, m}
+		if err := Build(src, root+"/tenants"); err != nil {
+			t.Fatalf("setup: kustomize refuses the tree: %v", err)
+		}
+		if err := NewChecker(gitops.Layout{Root: root}).CheckDirs(src, []string{dir + "/settings.yaml", kpath}); err != nil {
+			t.Fatalf("CheckDirs: %v", err)
+		}
+	})
+}
