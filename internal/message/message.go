@@ -14,6 +14,8 @@ import (
 	"strings"
 	"unicode/utf8"
 
+	kyaml "sigs.k8s.io/kustomize/kyaml/yaml"
+
 	"github.com/tenant-worker/tenant-worker/internal/redact"
 	"github.com/tenant-worker/tenant-worker/internal/reject"
 )
@@ -219,6 +221,11 @@ func ValidateTenantID(id string) error {
 	case !dnsLabel.MatchString(id):
 		return reject.Errorf(reject.InvalidTenantID,
 			"tenant_id %s must be lower-case letters, digits and '-', starting and ending with a letter or digit", quote(id))
+	case !yamlString(id):
+		// The templates write the id unquoted: a number or a boolean in
+		// YAML would name nothing (name: 123 is not a string to Flux), and
+		// the whole folder would fail to apply.
+		return reject.Errorf(reject.InvalidTenantID, "tenant_id %q reads as a number, a boolean or null in YAML; use a name with a letter that does not", id)
 	case reservedIDs[id]:
 		return reject.Errorf(reject.ReservedTenant, "tenant_id %q is reserved", id)
 	case id == "default" || id == "flux-system" || strings.HasPrefix(id, "kube-"):
@@ -227,6 +234,17 @@ func ValidateTenantID(id string) error {
 		return reject.Errorf(reject.ReservedTenant, "tenant_id %q is a namespace the cluster itself uses", id)
 	}
 	return nil
+}
+
+// yamlString reports whether s, written unquoted as a YAML value, is read
+// as a string by kustomize and Flux (YAML 1.2).
+func yamlString(s string) bool {
+	n, err := kyaml.Parse("v: " + s)
+	if err != nil {
+		return false
+	}
+	v := n.Field("v")
+	return v != nil && v.Value.YNode().ShortTag() == kyaml.NodeTagString
 }
 
 // ValidateVersion checks release_version is MAJOR.MINOR.
