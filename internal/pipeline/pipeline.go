@@ -548,9 +548,10 @@ func (b *batch) run(ctx context.Context) (again, error) {
 		return "", nil
 	}
 	if b.tip != b.base {
-		if err := b.checkTip(); err != nil && !b.perJob {
-			return jobByJob, err
-		} else if err != nil {
+		if err := b.checkTip(); err != nil {
+			if !b.perJob {
+				return jobByJob, err
+			}
 			// Each message passed on its own and together they do not
 			// build (resources that a kustomization's patch or prefix
 			// makes one): nothing tells whose the fault is, and what

@@ -156,7 +156,7 @@ func resourceIDs(content []byte) ([]resid.ResId, error) {
 
 // collect follows the kustomizations from dir and returns every resource
 // file they list, with the kustomization files visited.
-func collect(src Indexer, dir string, files *[]resourceFile, kusts *[]string) error {
+func collect(src Indexer, dir string, files *[]resourceFile, kusts *[]string, plain *bool) error {
 	k := path.Join(dir, "kustomization.yaml")
 	content, err := src.ReadFile(k)
 	if err != nil {
@@ -167,6 +167,7 @@ func collect(src Indexer, dir string, files *[]resourceFile, kusts *[]string) er
 		return fmt.Errorf("%s: %w", k, err)
 	}
 	*kusts = append(*kusts, k)
+	*plain = *plain && onlyResources(content)
 	present, dirs, err := src.Entries(dir)
 	if err != nil {
 		return err
@@ -179,7 +180,7 @@ func collect(src Indexer, dir string, files *[]resourceFile, kusts *[]string) er
 		if h, ok := present[e]; ok {
 			*files = append(*files, resourceFile{fileKey{dir, e}, h})
 		} else if slices.Contains(dirs, e) {
-			if err := collect(src, path.Join(dir, e), files, kusts); err != nil {
+			if err := collect(src, path.Join(dir, e), files, kusts, plain); err != nil {
 				return err
 			}
 		} else {
@@ -251,16 +252,12 @@ func (pr *pruning) list(content []byte, kdir string, context int) ([]byte, error
 // kustomize builds a pruned copy holding every kustomization with the
 // changed entries and a few others, so it still judges the kustomizations
 // themselves and every new resource.
-func (c *Checker) buildLarge(src Indexer, dir string, changed []string, files []resourceFile, kusts []string) error {
-	// Where every kustomization only lists resources, nothing transforms
-	// ids or makes two resources meet: the index keys ids as kustomize
-	// does, and the change is built in parts. Else (a namespace, a prefix,
-	// patches, replacements) ids are keyed as written and the change is
-	// built in one pruned piece, as before the parts.
-	plain, err := onlyResources(src, kusts)
-	if err != nil {
-		return fmt.Errorf("kustomize build %s: %w", dir, err)
-	}
+func (c *Checker) buildLarge(src Indexer, dir string, changed []string, files []resourceFile, kusts []string, plain bool) error {
+	// Where every kustomization only lists resources (plain), nothing
+	// transforms ids or makes two resources meet: the index keys ids as
+	// kustomize does, and the change is built in parts. Else (a namespace,
+	// a prefix, patches, replacements) ids are keyed as written and the
+	// change is built in one pruned piece, as before the parts.
 	idx := c.dupIndexFor(dir, plain)
 	idx.mu.Lock()
 	defer idx.mu.Unlock()
@@ -279,30 +276,24 @@ func (c *Checker) buildLarge(src Indexer, dir string, changed []string, files []
 	return nil
 }
 
-// onlyResources reports whether each kustomization holds nothing but its
+// onlyResources reports whether a kustomization holds nothing but its
 // resources list (and apiVersion, kind, metadata). One that cannot be read
 // so is left to kustomize, in one build.
-func onlyResources(src Indexer, kusts []string) (bool, error) {
-	for _, k := range kusts {
-		content, err := src.ReadFile(k)
-		if err != nil {
-			return false, err
-		}
-		rest, err := kustomization.Rest(content)
-		if err != nil {
-			return false, nil
-		}
-		var m map[string]any
-		if err := yaml.Unmarshal(rest, &m); err != nil {
-			return false, nil
-		}
-		for key := range m {
-			if key != "apiVersion" && key != "kind" && key != "metadata" {
-				return false, nil
-			}
+func onlyResources(content []byte) bool {
+	rest, err := kustomization.Rest(content)
+	if err != nil {
+		return false
+	}
+	var m map[string]any
+	if err := yaml.Unmarshal(rest, &m); err != nil {
+		return false
+	}
+	for key := range m {
+		if key != "apiVersion" && key != "kind" && key != "metadata" {
+			return false
 		}
 	}
-	return true, nil
+	return true
 }
 
 // buildPart bounds the changed paths one pruned build holds. Kustomize

@@ -139,14 +139,15 @@ func (c *Checker) buildUncached(src Source, dir string, changed []string) error 
 	if ix, ok := src.(Indexer); ok {
 		var files []resourceFile
 		var kusts []string
-		err := collect(ix, dir, &files, &kusts)
+		plain := true
+		err := collect(ix, dir, &files, &kusts, &plain)
 		switch {
 		case errors.Is(err, errUnsupported):
 			// a layout the scalable check cannot follow: kustomize decides
 		case err != nil:
 			return fmt.Errorf("kustomize build %s: %w", dir, err)
 		case len(files) > fullBuildLimit:
-			return c.buildLarge(ix, dir, changed, files, kusts)
+			return c.buildLarge(ix, dir, changed, files, kusts, plain)
 		}
 	}
 	return Build(src, dir)
