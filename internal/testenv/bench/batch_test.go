@@ -91,7 +91,7 @@ type batchRun struct {
 
 // newBatchRun seeds a repository of n tenants in shards folders per tier,
 // clones it, and applies one batch to warm the clone and the caches.
-func newBatchRun(b *testing.B, n, shards int) *batchRun {
+func newBatchRun(b testing.TB, n, shards int) *batchRun {
 	b.Helper()
 	srv, err := gitserver.Start(b.TempDir(), "127.0.0.1:0", "tok")
 	if err != nil {
@@ -115,7 +115,7 @@ func newBatchRun(b *testing.B, n, shards int) *batchRun {
 }
 
 // apply applies one batch of MAX_BATCH onboardings of new tenants.
-func (r *batchRun) apply(b *testing.B) {
+func (r *batchRun) apply(b testing.TB) {
 	b.Helper()
 	jobs := make([]pipeline.Job, 0, maxBatch())
 	for range maxBatch() {
@@ -139,4 +139,74 @@ func (r *batchRun) apply(b *testing.B) {
 	for s, d := range rs[0].Steps {
 		r.steps[s] += d
 	}
+}
+
+// BenchmarkBatchHistory is the worker's own time per batch over a backlog's
+// history on one clone: 20 batches of MAX_BATCH onboardings, one after
+// another, take a repository of 2,000 tenants (1,000 and a warm-up batch)
+// in 100 shard folders per tier to 22,000, as the ledger bench's backlog
+// does, against git's http-backend
+// in process. BenchmarkBatchInShardFolders measures each size on a fresh
+// clone; this one measures what the clone and its caches, the ledger's
+// records and the Go heap go through in a run.
+//
+// It reports the median of the worker's own time (every step but the push
+// and the lock) over the first and the last fifth of the batches, and the
+// push's, and fails when the last fifth's own time is more than 1.2x the
+// first's. Both fifths run on the same machine in the same process, and
+// nothing else shares it but the in-process git server, so the ratio is
+// the worker's, not the machine's speed (1.00x when it was added,
+// 2026-12-06: 2,275 and 2,269 ms a batch of 1,000; on Gitea in the ledger
+// bench the same steps grew 1.3x, with Gitea's work after each push on the
+// same two cores).
+//
+// Run it with:
+//
+//	go test -run '^$' -bench '^BenchmarkBatchHistory$' -benchtime 1x ./internal/testenv/bench/
+func BenchmarkBatchHistory(b *testing.B) {
+	const batches = 20
+	for range b.N {
+		b.StopTimer()
+		r := newBatchRun(b, 1000, 100)
+		b.StartTimer()
+		own := make([]float64, batches)
+		push := make([]float64, batches)
+		for i := range batches {
+			clear(r.steps)
+			r.apply(b)
+			for s, d := range r.steps {
+				ms := float64(d) / float64(time.Millisecond)
+				switch s {
+				case string(pipeline.StepPush):
+					push[i] = ms
+				case string(pipeline.StepLock):
+				default:
+					own[i] += ms
+				}
+			}
+		}
+		k := batches / 5
+		first, last := median(own[:k]), median(own[batches-k:])
+		b.ReportMetric(first, "own-ms/batch-first-fifth")
+		b.ReportMetric(last, "own-ms/batch-last-fifth")
+		b.ReportMetric(median(push[:k]), "push-ms/batch-first-fifth")
+		b.ReportMetric(median(push[batches-k:]), "push-ms/batch-last-fifth")
+		if last > 1.2*first {
+			b.Errorf("the worker's own time per batch grew from %.0f ms (first fifth of %d batches) to %.0f ms (last fifth): %.2fx, more than 1.2x",
+				first, batches, last, last/first)
+		}
+	}
+}
+
+// median is the middle of xs (the mean of the two middle ones when even).
+func median(xs []float64) float64 {
+	s := slices.Sorted(slices.Values(xs))
+	n := len(s)
+	if n == 0 {
+		return 0
+	}
+	if n%2 == 1 {
+		return s[n/2]
+	}
+	return (s[n/2-1] + s[n/2]) / 2
 }
