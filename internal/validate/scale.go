@@ -277,8 +277,9 @@ func (c *Checker) buildLarge(src Indexer, dir string, changed []string, files []
 }
 
 // onlyResources reports whether a kustomization holds nothing but its
-// resources list (and apiVersion, kind, metadata). One that cannot be read
-// so is left to kustomize, in one build.
+// resources list and fields that never change an id or make two resources
+// meet (idNeutral). One that cannot be read so is left to kustomize, in one
+// build.
 func onlyResources(content []byte) bool {
 	rest, err := kustomization.Rest(content)
 	if err != nil {
@@ -289,11 +290,23 @@ func onlyResources(content []byte) bool {
 		return false
 	}
 	for key := range m {
-		if key != "apiVersion" && key != "kind" && key != "metadata" {
+		if !slices.ContainsFunc(idNeutral, func(f string) bool { return strings.EqualFold(f, key) }) {
 			return false
 		}
 	}
 	return true
+}
+
+// idNeutral are the kustomization fields besides resources that leave
+// every resource's id (group, version, kind, name, namespace) as written
+// and act on each resource alone: labels and annotations added to each,
+// the order of the output, where each came from. Kustomize matches field
+// names in any case (it reads YAML as JSON), so these are compared so too.
+// A namespace, a prefix or suffix, patches, replacements, generators and
+// components change ids or make resources meet: not here.
+var idNeutral = []string{
+	"apiVersion", "kind", "metadata",
+	"commonAnnotations", "commonLabels", "labels", "sortOptions", "buildMetadata",
 }
 
 // buildPart bounds the changed paths one pruned build holds. Kustomize

@@ -297,6 +297,8 @@ func TestLargeChangeClashesAcrossParts(t *testing.T) {
 		{"a cluster-scoped kind with a namespace", "apiVersion: rbac.authorization.k8s.io/v1\nkind: ClusterRole\nmetadata:\n  name: clash\n",
 			"apiVersion: rbac.authorization.k8s.io/v1\nkind: ClusterRole\nmetadata:\n  name: clash\n  namespace: flux-system\n", ""},
 		{"an item of a list", cm("default"), "apiVersion: v1\nkind: ConfigMapList\nitems:\n  - apiVersion: v1\n    kind: ConfigMap\n    metadata:\n      name: clash\n", ""},
+		{"no namespace and default, beside labels and annotations", cm(""), cm("default"),
+			"commonAnnotations:\n  team: a\nCommonLabels:\n  app: x\nlabels:\n  - pairs:\n      tier: premium\nbuildMetadata: [originAnnotations]\nsortOptions:\n  order: fifo\n"},
 		{"a patch that gives both one namespace", cm("a"), cm("b"),
 			"patches:\n  - target:\n      kind: ConfigMap\n      name: clash\n    patch: |-\n      - op: replace\n        path: /metadata/namespace\n        value: same\n"},
 	}
@@ -413,4 +415,35 @@ func TestLargeTreeIdsAsKustomizeReadsThem(t *testing.T) {
 			t.Fatalf("CheckDirs: %v", err)
 		}
 	})
+}
+
+// TestOnlyResources: the fields that leave ids as written keep a tree's
+// change in parts, in any case kustomize reads them in; anything else, or
+// a kustomization that does not read, sends it to one build.
+func TestOnlyResources(t *testing.T) {
+	tests := []struct {
+		rest string
+		want bool
+	}{
+		{"", true},
+		{"apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nmetadata:\n  name: x\n", true},
+		{"commonAnnotations:\n  a: b\ncommonLabels:\n  c: d\n", true},
+		{"CommonAnnotations:\n  a: b\nLABELS:\n  - pairs: {c: d}\n", true},
+		{"sortOptions:\n  order: legacy\nbuildMetadata: [managedByLabel]\n", true},
+		{"namespace: x\n", false},
+		{"NamePrefix: x-\n", false},
+		{"nameSuffix: -x\n", false},
+		{"patches:\n  - path: p.yaml\n", false},
+		{"replacements: []\n", false},
+		{"configMapGenerator:\n  - name: x\n", false},
+		{"components: [c]\n", false},
+		{"images:\n  - name: x\n", false},
+		{"commonAnnotations: [unclosed\n", false},
+	}
+	for _, tt := range tests {
+		content := "resources:\n  - a.yaml\n" + tt.rest
+		if got := onlyResources([]byte(content)); got != tt.want {
+			t.Errorf("onlyResources(%q) = %v, want %v", content, got, tt.want)
+		}
+	}
 }
