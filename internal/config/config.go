@@ -111,7 +111,7 @@ func Default() Options {
 		PushAttempts:       10,
 		WaitTime:           20 * time.Second,
 		MaxMessages:        10,
-		MaxBatch:           1000,
+		MaxBatch:           0, // MaxBatchLimit, or RUN_HISTORY if lower: see Validate
 		VisibilityTimeout:  30 * time.Second,
 		RetryDelay:         10 * time.Second,
 		MaxRetryDelay:      15 * time.Minute,
@@ -140,10 +140,11 @@ func (o *Options) Bind(fs *flag.FlagSet, getenv func(string) string) {
 	o.BindGroups(fs, getenv, Queues|Git|Worker)
 }
 
-// maxBatch is the most MAX_BATCH allows: a batch of 1,000 new tenants took
+// MaxBatchLimit is the most MAX_BATCH allows, and the batch when it is 0
+// (the default) and RUN_HISTORY holds it: a batch of 1,000 new tenants took
 // the worker 2.5 s and 450 MB of memory (docs/performance.md), and its
 // messages wait for the whole batch.
-const maxBatch = 1000
+const MaxBatchLimit = 1000
 
 // Group is a set of settings, for commands that need only some.
 type Group int
@@ -206,7 +207,7 @@ func (o *Options) BindGroups(fs *flag.FlagSet, getenv func(string) string, group
 		num(&o.PushAttempts, "push-attempts", "PUSH_ATTEMPTS", "push attempts per message when other writers move the branch")
 		dur(&o.WaitTime, "sqs-wait-time", "SQS_WAIT_TIME", "long-poll wait of each receive (at most 20s)")
 		num(&o.MaxMessages, "sqs-max-messages", "SQS_MAX_MESSAGES", "messages per receive (1 to 10)")
-		num(&o.MaxBatch, "max-batch", "MAX_BATCH", "messages applied together (one commit each, one push) when a backlog waits")
+		num(&o.MaxBatch, "max-batch", "MAX_BATCH", "messages applied together (one commit each, one push) when a backlog waits; 0: 1,000, or RUN_HISTORY if lower")
 		dur(&o.VisibilityTimeout, "sqs-visibility-timeout", "SQS_VISIBILITY_TIMEOUT", "visibility timeout of received messages")
 		dur(&o.RetryDelay, "retry-delay", "RETRY_DELAY", "first redelivery delay after a transient failure; doubles per receive")
 		dur(&o.MaxRetryDelay, "max-retry-delay", "MAX_RETRY_DELAY", "longest redelivery delay")
@@ -322,13 +323,19 @@ func (o *Options) ValidateGroups(groups Group) error {
 	if o.MaxMessages < 1 || o.MaxMessages > 10 {
 		errs = append(errs, fmt.Errorf("SQS_MAX_MESSAGES must be 1 to 10, not %d", o.MaxMessages))
 	}
-	if o.MaxBatch == Default().MaxBatch && o.RunHistory >= 1 && o.RunHistory < o.MaxBatch {
-		// RUN_HISTORY of 500-999 was valid beside the former default of
-		// 500: the default batch fits the history kept, as it did.
-		o.MaxBatch = max(o.RunHistory, o.MaxMessages)
+	if o.MaxBatch == 0 {
+		// The default: as large as allowed, or as the history kept
+		// (RUN_HISTORY set alone below 1,000 keeps working, as it did
+		// beside the former default of 500). A MAX_BATCH set above
+		// RUN_HISTORY is refused below, not lowered.
+		o.MaxBatch = MaxBatchLimit
+		if o.RunHistory >= 1 {
+			o.MaxBatch = max(min(MaxBatchLimit, o.RunHistory), o.MaxMessages)
+		}
 	}
-	if o.MaxBatch < o.MaxMessages || o.MaxBatch > maxBatch {
-		errs = append(errs, fmt.Errorf("MAX_BATCH must be SQS_MAX_MESSAGES to %d, not %d", maxBatch, o.MaxBatch))
+	if o.MaxBatch < o.MaxMessages || o.MaxBatch > MaxBatchLimit {
+		errs = append(errs, fmt.Errorf("MAX_BATCH must be 0 (the default: %d, or RUN_HISTORY if lower) or SQS_MAX_MESSAGES to %d, not %d",
+			MaxBatchLimit, MaxBatchLimit, o.MaxBatch))
 	}
 	if o.WaitTime < 0 || o.WaitTime > 20*time.Second {
 		errs = append(errs, fmt.Errorf("SQS_WAIT_TIME must be 0s to 20s, not %s", o.WaitTime))

@@ -156,6 +156,24 @@ func TestRunHistoryHoldsABatch(t *testing.T) {
 	if _, err := bind(t, url); err != nil {
 		t.Errorf("RUN_HISTORY 200 with MAX_BATCH 200: %v", err)
 	}
+	// A MAX_BATCH of 1,000 set with a lower RUN_HISTORY is what was asked
+	// for, and refused: not lowered as the default is.
+	url["RUN_HISTORY"], url["MAX_BATCH"] = "500", "1000"
+	if o, err := bind(t, url); err == nil || !strings.Contains(err.Error(), "RUN_HISTORY (500) must be at least MAX_BATCH (1000)") {
+		t.Errorf("RUN_HISTORY 500 with MAX_BATCH 1000: batch %d, %v", o.MaxBatch, err)
+	}
+	// 0 is the default, said out loud; with the default RUN_HISTORY it is
+	// the limit.
+	url["MAX_BATCH"] = "0"
+	delete(url, "RUN_HISTORY")
+	if o, err := bind(t, url); err != nil || o.MaxBatch != MaxBatchLimit {
+		t.Errorf("MAX_BATCH 0: batch %d, %v; want %d", o.MaxBatch, err, MaxBatchLimit)
+	}
+	// Never below a receive.
+	url["MAX_BATCH"], url["RUN_HISTORY"], url["SQS_MAX_MESSAGES"] = "0", "4", "10"
+	if o, err := bind(t, url); err == nil || !strings.Contains(err.Error(), "RUN_HISTORY (4) must be at least MAX_BATCH (10)") {
+		t.Errorf("RUN_HISTORY 4, SQS_MAX_MESSAGES 10: batch %d, %v", o.MaxBatch, err)
+	}
 }
 
 // TestMaxBatchBounds: MAX_BATCH runs from SQS_MAX_MESSAGES to 1,000, and
@@ -164,11 +182,11 @@ func TestMaxBatchBounds(t *testing.T) {
 	for _, tt := range []struct {
 		max, batch string
 		ok         bool
-	}{{"10", "1000", true}, {"10", "1001", false}, {"10", "10", true}, {"10", "9", false}, {"2", "2", true}} {
+	}{{"10", "1000", true}, {"10", "1001", false}, {"10", "10", true}, {"10", "9", false}, {"2", "2", true}, {"10", "0", true}, {"10", "-1", false}} {
 		url := map[string]string{"GIT_REPO_URL": "http://127.0.0.1:3000/admin/gitops.git",
 			"SQS_MAX_MESSAGES": tt.max, "MAX_BATCH": tt.batch, "RUN_HISTORY": "1000"}
 		_, err := bind(t, url)
-		if tt.ok != (err == nil) || err != nil && !strings.Contains(err.Error(), "MAX_BATCH must be SQS_MAX_MESSAGES to 1000, not "+tt.batch) {
+		if tt.ok != (err == nil) || err != nil && !strings.Contains(err.Error(), "or SQS_MAX_MESSAGES to 1000, not "+tt.batch) {
 			t.Errorf("SQS_MAX_MESSAGES %s, MAX_BATCH %s: %v", tt.max, tt.batch, err)
 		}
 	}

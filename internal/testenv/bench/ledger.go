@@ -648,7 +648,7 @@ func ledgerBacklog(ctx context.Context, o LedgerOptions, api *sqs.Client, h ledg
 
 // maxBatch is the workers' MAX_BATCH: the default, or BENCH_WORKER_ENV's.
 func maxBatch() int {
-	n := config.Default().MaxBatch
+	n := config.MaxBatchLimit // the default with the default RUN_HISTORY
 	for _, kv := range strings.Fields(os.Getenv("BENCH_WORKER_ENV")) {
 		if v, ok := strings.CutPrefix(kv, "MAX_BATCH="); ok {
 			if m, err := strconv.Atoi(v); err == nil {
