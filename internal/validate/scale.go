@@ -289,9 +289,38 @@ func onlyResources(content []byte) bool {
 	if err := yaml.Unmarshal(rest, &m); err != nil {
 		return false
 	}
-	for key := range m {
+	for key, v := range m {
 		if !slices.ContainsFunc(idNeutral, func(f string) bool { return strings.EqualFold(f, key) }) {
 			return false
+		}
+		if strings.EqualFold(key, "labels") && !defaultFields(v) {
+			return false
+		}
+	}
+	return true
+}
+
+// defaultFields reports whether a labels field (a list of entries) leaves
+// every entry's pairs to kustomize's own places for labels: an entry's
+// fields (custom fieldSpecs) may write a pair at any path, metadata.name
+// or metadata.namespace too.
+func defaultFields(labels any) bool {
+	if labels == nil {
+		return true
+	}
+	entries, ok := labels.([]any)
+	if !ok {
+		return false
+	}
+	for _, e := range entries {
+		entry, ok := e.(map[string]any)
+		if !ok {
+			return false
+		}
+		for k := range entry {
+			if strings.EqualFold(k, "fields") {
+				return false
+			}
 		}
 	}
 	return true
@@ -300,8 +329,9 @@ func onlyResources(content []byte) bool {
 // idNeutral are the kustomization fields besides resources that leave
 // every resource's id (group, version, kind, name, namespace) as written
 // and act on each resource alone: labels and annotations added to each,
-// the order of the output, where each came from. Kustomize matches field
-// names in any case (it reads YAML as JSON), so these are compared so too.
+// the order of the output, where each came from (labels only without
+// fields of their own: see defaultFields). Kustomize matches field names
+// in any case (it reads YAML as JSON), so these are compared so too.
 // A namespace, a prefix or suffix, patches, replacements, generators and
 // components change ids or make resources meet: not here.
 var idNeutral = []string{

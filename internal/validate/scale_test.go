@@ -439,6 +439,11 @@ func TestOnlyResources(t *testing.T) {
 		{"components: [c]\n", false},
 		{"images:\n  - name: x\n", false},
 		{"commonAnnotations: [unclosed\n", false},
+		{"labels:\n  - pairs: {a: b}\n    includeSelectors: true\n", true},
+		{"labels:\n  - pairs: {name: x}\n    fields:\n      - path: metadata\n", false},
+		{"labels:\n  - pairs: {name: x}\n    Fields:\n      - path: metadata\n", false},
+		{"labels: {a: b}\n", false},
+		{"labels:\n  - x\n", false},
 	}
 	for _, tt := range tests {
 		content := "resources:\n  - a.yaml\n" + tt.rest
