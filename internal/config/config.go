@@ -140,6 +140,21 @@ func (o *Options) Bind(fs *flag.FlagSet, getenv func(string) string) {
 	o.BindGroups(fs, getenv, Queues|Git|Worker)
 }
 
+// Batch is the batch MAX_BATCH asks for: itself, or for 0 (the default)
+// as large as allowed or as the history kept, if less (RUN_HISTORY set
+// alone below 1,000 keeps working, as it did beside the former default of
+// 500), never less than a receive. A MAX_BATCH set above RUN_HISTORY is
+// refused by Validate, not lowered.
+func (o Options) Batch() int {
+	if o.MaxBatch != 0 {
+		return o.MaxBatch
+	}
+	if o.RunHistory >= 1 {
+		return max(min(MaxBatchLimit, o.RunHistory), o.MaxMessages)
+	}
+	return MaxBatchLimit
+}
+
 // MaxBatchLimit is the most MAX_BATCH allows, and the batch when it is 0
 // (the default) and RUN_HISTORY holds it: a batch of 1,000 new tenants took
 // the worker 2.5 s and 450 MB of memory (docs/performance.md), and its
@@ -323,16 +338,7 @@ func (o *Options) ValidateGroups(groups Group) error {
 	if o.MaxMessages < 1 || o.MaxMessages > 10 {
 		errs = append(errs, fmt.Errorf("SQS_MAX_MESSAGES must be 1 to 10, not %d", o.MaxMessages))
 	}
-	if o.MaxBatch == 0 {
-		// The default: as large as allowed, or as the history kept
-		// (RUN_HISTORY set alone below 1,000 keeps working, as it did
-		// beside the former default of 500). A MAX_BATCH set above
-		// RUN_HISTORY is refused below, not lowered.
-		o.MaxBatch = MaxBatchLimit
-		if o.RunHistory >= 1 {
-			o.MaxBatch = max(min(MaxBatchLimit, o.RunHistory), o.MaxMessages)
-		}
-	}
+	o.MaxBatch = o.Batch()
 	if o.MaxBatch < o.MaxMessages || o.MaxBatch > MaxBatchLimit {
 		errs = append(errs, fmt.Errorf("MAX_BATCH must be 0 (the default: %d, or RUN_HISTORY if lower) or SQS_MAX_MESSAGES to %d, not %d",
 			MaxBatchLimit, MaxBatchLimit, o.MaxBatch))

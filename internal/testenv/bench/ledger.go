@@ -646,17 +646,27 @@ func ledgerBacklog(ctx context.Context, o LedgerOptions, api *sqs.Client, h ledg
 	return b, nil
 }
 
-// maxBatch is the workers' MAX_BATCH: the default, or BENCH_WORKER_ENV's.
+// maxBatch is the workers' batch: MAX_BATCH and RUN_HISTORY as
+// BENCH_WORKER_ENV sets them, or their defaults, read as the worker reads
+// them.
 func maxBatch() int {
-	n := config.MaxBatchLimit // the default with the default RUN_HISTORY
+	o := config.Default()
 	for _, kv := range strings.Fields(os.Getenv("BENCH_WORKER_ENV")) {
-		if v, ok := strings.CutPrefix(kv, "MAX_BATCH="); ok {
-			if m, err := strconv.Atoi(v); err == nil {
-				n = m
-			}
+		k, v, _ := strings.Cut(kv, "=")
+		n, err := strconv.Atoi(v)
+		if err != nil {
+			continue
+		}
+		switch k {
+		case "MAX_BATCH":
+			o.MaxBatch = n
+		case "RUN_HISTORY":
+			o.RunHistory = n
+		case "SQS_MAX_MESSAGES":
+			o.MaxMessages = n
 		}
 	}
-	return n
+	return o.Batch()
 }
 
 // LedgerTable renders the ledger at volume: the latency per ledger size,
