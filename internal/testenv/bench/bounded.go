@@ -78,10 +78,20 @@ func boundedPushes(h ledgerHost, name, seed string, messages, batch, window int,
 	}
 	fmt.Fprintf(progress, "bench (ledger, %s): the git CLI pushes %d new tenants, %d pushes of the same size (records: %s)\n", h.name, messages, pushes, records)
 	took, packed := make([]time.Duration, pushes), make([]packStat, pushes)
+	// The server's CPU before each push and after the last, where the
+	// server is a process of its own (Gitea): the git processes that
+	// write each pack here are the bench's.
+	var cpu []time.Duration
+	sampleCPU := func() {
+		if h.name == "gitea" && h.cpu != nil {
+			cpu = append(cpu, h.cpu())
+		}
+	}
 	for k := 1; k <= pushes; k++ {
 		if packed[k-1], err = packTime(work, []string{tips[k], ledgerTips[k], "^" + tips[k-1], "^" + ledgerTips[k-1]}); err != nil {
 			return nil, err
 		}
+		sampleCPU()
 		start := time.Now()
 		if err := pushFrom(work, to, h.token, "--atomic", "--no-thin", tips[k]+":refs/heads/main", ledgerTips[k]+":refs/heads/"+ledgerBranch); err != nil {
 			return nil, fmt.Errorf("push %d of %d: %w", k, pushes, err)
@@ -91,9 +101,30 @@ func boundedPushes(h ledgerHost, name, seed string, messages, batch, window int,
 			fmt.Fprintf(progress, "bench (ledger, %s): bounded push %d of %d: %d ms\n", h.name, k, pushes, took[k-1].Milliseconds())
 		}
 	}
+	sampleCPU()
 	r := peerRates(took, packed, messages, batch, window)
 	r.Bounded, r.Records = true, records.String()
+	r.ServerCPU = serverCPUPerMessage(cpu, batch, window)
 	return r, nil
+}
+
+// serverCPUPerMessage is the server's CPU milliseconds a message over the
+// second window of pushes and the last whole one, from its CPU before each
+// push and after the last (cpu): from one push's start to the next's holds
+// that push and the server's work after the push before it. Zero when
+// there are not enough samples.
+func serverCPUPerMessage(cpu []time.Duration, batch, window int) [2]float64 {
+	k := max(1, window/batch) // pushes per window
+	pushes := len(cpu) - 1
+	if pushes < 3*k {
+		return [2]float64{}
+	}
+	per := func(from, to int) float64 {
+		return float64((cpu[to] - cpu[from]).Milliseconds()) / float64(k*batch)
+	}
+	// The last whole window ends before the last push, whose server work
+	// after it is not measured.
+	return [2]float64{per(k, 2*k), per(pushes-1-k, pushes-1)}
 }
 
 // peerRates fills a PeerReplay from each push's time and its pack's, for

@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"io"
@@ -10,6 +11,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -138,6 +140,14 @@ type LedgerBacklog struct {
 	// NoLanguageStats: Gitea ran without its language statistics
 	// (noLanguageStats).
 	NoLanguageStats bool `json:"gitea_language_stats_off,omitempty"`
+	// WorkerCPU and ServerCPU are the CPU milliseconds a message, in the
+	// second and the last window, of the worker's process and of the
+	// server's (Gitea and the git processes it runs; for http-backend,
+	// the git processes the bench's own server runs). Two cores are
+	// shared: what the server spends more at the end is taken from the
+	// worker's steps.
+	WorkerCPU [2]float64 `json:"worker_cpu_ms_per_message_first_last"`
+	ServerCPU [2]float64 `json:"server_cpu_ms_per_message_first_last"`
 	// Peers are the git command line pushing the worker's history again,
 	// as it was and squashed to a commit per push (none when
 	// LedgerOptions.NoPeer).
@@ -187,6 +197,8 @@ type ledgerHost struct {
 	pushURL func(name string) string
 	token   string
 	env     []string // the worker's credentials
+	// cpu is the CPU time the server has spent so far.
+	cpu func() time.Duration
 }
 
 func (h ledgerHost) start(o LedgerOptions, name string, queues []string) (*worker, error) {
@@ -247,7 +259,7 @@ func RunLedger(ctx context.Context, o LedgerOptions, progress io.Writer) (*Ledge
 		return res, err
 	}
 	err = measure(ledgerHost{name: "http-backend", srv: srv, repo: func(k string) string { return k + ".git" },
-		url: srv.RepoURL, path: srv.RepoPath, pushURL: srv.RepoURL}, !o.Gitea)
+		url: srv.RepoURL, path: srv.RepoPath, pushURL: srv.RepoURL, cpu: childrenCPU}, !o.Gitea)
 	_ = srv.Close()
 	if err != nil || !o.Gitea {
 		return res, err
@@ -270,7 +282,8 @@ func RunLedger(ctx context.Context, o LedgerOptions, progress io.Writer) (*Ledge
 	defer g.Close()
 	err = measure(ledgerHost{name: "gitea", srv: g, repo: func(k string) string { return k },
 		url: g.DirectURL, path: g.RepoPath, pushURL: g.CredentialURL, token: g.Token,
-		env: []string{"GIT_USERNAME=" + gitea.Owner, "GIT_TOKEN=" + g.Token}}, true)
+		env: []string{"GIT_USERNAME=" + gitea.Owner, "GIT_TOKEN=" + g.Token},
+		cpu: func() time.Duration { return processCPU(g.Pid()) }}, true)
 	return res, err
 }
 
@@ -591,7 +604,16 @@ func ledgerBacklog(ctx context.Context, o LedgerOptions, api *sqs.Client, h ledg
 	defer w.stop()
 	deadline := time.Now().Add(10*time.Minute + time.Duration(n)*30*time.Millisecond)
 	last, moved := -1, time.Now()
-	for w.count(logApplied) < n {
+	var cpu []cpuSample
+	for {
+		sample := cpuSample{at: time.Now(), worker: processCPU(w.cmd.Process.Pid)}
+		if h.cpu != nil {
+			sample.server = h.cpu()
+		}
+		cpu = append(cpu, sample)
+		if w.count(logApplied) >= n {
+			break
+		}
 		if c := w.count(logApplied); c != last {
 			last, moved = c, time.Now()
 		} else if time.Since(moved) > 2*time.Minute {
@@ -623,6 +645,18 @@ func ledgerBacklog(ctx context.Context, o LedgerOptions, api *sqs.Client, h ledg
 		b.FirstPerSecond = float64(k) / done[k-1].Sub(start).Seconds()
 		b.LastPerSecond = float64(k) / done[n-1].Sub(done[n-1-k]).Seconds()
 		b.LastOverFirst = b.LastPerSecond / b.FirstPerSecond
+		// CPU from one window's end to the next's, the second window and
+		// the last: each holds the end of the push before it (the server
+		// reaps its git processes after answering), the server's work
+		// after that push, and the next batch whole, where the first
+		// window holds the worker's start and no push's end.
+		if n >= 2*k {
+			for i, win := range [][2]time.Time{{done[k-1], done[2*k-1]}, {done[n-1-k], done[n-1]}} {
+				from, to := cpuAt(cpu, win[0]), cpuAt(cpu, win[1])
+				b.WorkerCPU[i] = float64((to.worker - from.worker).Milliseconds()) / float64(k)
+				b.ServerCPU[i] = float64((to.server - from.server).Milliseconds()) / float64(k)
+			}
+		}
 	} else {
 		fmt.Fprintf(progress, "bench (ledger, %s): a window of %d is less than a batch (MAX_BATCH %d): no first and last rates\n", h.name, k, maxBatch())
 	}
@@ -644,6 +678,61 @@ func ledgerBacklog(ctx context.Context, o LedgerOptions, api *sqs.Client, h ledg
 		}
 	}
 	return b, nil
+}
+
+// cpuSample is the CPU time the worker and the server had spent at a
+// moment of the backlog.
+type cpuSample struct {
+	at             time.Time
+	worker, server time.Duration
+}
+
+// cpuAt is the last sample taken at or before t (the first if none was).
+func cpuAt(samples []cpuSample, t time.Time) cpuSample {
+	i, _ := slices.BinarySearchFunc(samples, t, func(s cpuSample, t time.Time) int { return s.at.Compare(t) })
+	if i < len(samples) && samples[i].at.Equal(t) {
+		return samples[i]
+	}
+	return samples[max(0, i-1)]
+}
+
+// processCPU is the user and system time process pid and the children it
+// waited for have spent (/proc/<pid>/stat, in clock ticks of 10 ms);
+// zero when it cannot be read.
+func processCPU(pid int) time.Duration {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0
+	}
+	// The fields after the command's name, which is in parentheses: the
+	// state is field 3, utime, stime, cutime and cstime fields 14 to 17.
+	i := bytes.LastIndex(b, []byte(") "))
+	if i < 0 {
+		return 0
+	}
+	f := strings.Fields(string(b[i+2:]))
+	if len(f) < 15 {
+		return 0
+	}
+	var ticks int64
+	for _, s := range f[11:15] {
+		n, err := strconv.ParseInt(s, 10, 64)
+		if err != nil {
+			return 0
+		}
+		ticks += n
+	}
+	return time.Duration(ticks) * 10 * time.Millisecond
+}
+
+// childrenCPU is the user and system time of the bench's own children
+// that it waited for: the git processes of its in-process http-backend.
+func childrenCPU() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_CHILDREN, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 // maxBatch is the workers' batch: MAX_BATCH and RUN_HISTORY as
@@ -737,16 +826,31 @@ func LedgerTable(r *LedgerResult) string {
 			}
 			fmt.Fprintf(&b, "\n%s, per push, first window / last: %.0f / %.0f ms, of which git's client writing the pack %.0f / %.0f ms (timed apart), a pack of %.0f / %.0f KB",
 				what, p.PushFirstMS, p.PushLastMS, p.PackFirstMS, p.PackLastMS, p.PackFirstKB, p.PackLastKB)
+			if p.ServerCPU[0] > 0 {
+				fmt.Fprintf(&b, "; the server's CPU a message, second window / last: %.2f / %.2f ms (%.2fx)", p.ServerCPU[0], p.ServerCPU[1], ratioOf(p.ServerCPU))
+			}
 		}
 		if len(l.Peers) > 0 {
 			b.WriteString("\n")
 		}
+	}
+	if l := r.Backlog; l != nil && l.FirstPerSecond > 0 {
+		fmt.Fprintf(&b, "\nCPU a message, second window / last: the worker %.2f / %.2f ms (%.2fx), the server %.2f / %.2f ms (%.2fx)\n",
+			l.WorkerCPU[0], l.WorkerCPU[1], ratioOf(l.WorkerCPU), l.ServerCPU[0], l.ServerCPU[1], ratioOf(l.ServerCPU))
 	}
 	if l := r.Backlog; l != nil && l.ServerObjects != nil {
 		fmt.Fprintf(&b, "\nserver repository after the backlog: %s loose objects, %s packs (%s KiB packed)\n",
 			l.ServerObjects["count"], l.ServerObjects["packs"], l.ServerObjects["size-pack"])
 	}
 	return b.String()
+}
+
+// ratioOf is last over first, 0 when first is.
+func ratioOf(v [2]float64) float64 {
+	if v[0] == 0 {
+		return 0
+	}
+	return v[1] / v[0]
 }
 
 func yes(ok bool) string {

@@ -50,6 +50,10 @@ type PeerReplay struct {
 	FirstPerSecond float64 `json:"first_window_per_second"`
 	LastPerSecond  float64 `json:"last_window_per_second"`
 	LastOverFirst  float64 `json:"last_over_first"`
+	// ServerCPU is the server's CPU milliseconds a message over the
+	// second window of pushes and the last whole one (Gitea only; zero
+	// when not measured).
+	ServerCPU [2]float64 `json:"server_cpu_ms_per_message_second_last,omitempty"`
 }
 
 // replayPushes pushes the history of repository name from seed to its

@@ -284,6 +284,10 @@ func (s *Server) NewToken(name, scopes string) (string, error) {
 // GITEA_WORK_DIR (its configuration is in custom/conf/app.ini there).
 func (s *Server) WorkPath() string { return s.work }
 
+// Pid is the Gitea process's id: what it and the git processes it waits
+// for spend is in its /proc entry.
+func (s *Server) Pid() int { return s.cmd.Process.Pid }
+
 // Close stops Gitea with SIGTERM (SIGKILL after 15 s) and the proxy.
 func (s *Server) Close() error {
 	if s.cmd != nil {

@@ -1,0 +1,64 @@
+package bench
+
+import (
+	"os"
+	"os/exec"
+	"testing"
+	"time"
+)
+
+// TestProcessCPU: a process's CPU time as /proc gives it grows with the
+// work it does, and a child's counts once it is waited for, as the
+// backlog's attribution of CPU between worker and server reads them.
+func TestProcessCPU(t *testing.T) {
+	// Spin until 50 ms of CPU are counted: however busy the machine, that
+	// comes, unless the count does not move.
+	before := processCPU(os.Getpid())
+	for deadline := time.Now().Add(time.Minute); processCPU(os.Getpid())-before < 50*time.Millisecond; {
+		if time.Now().After(deadline) {
+			t.Fatalf("a minute of spinning counted %s of CPU", processCPU(os.Getpid())-before)
+		}
+	}
+	if processCPU(-1) != 0 {
+		t.Error("a process that does not exist spent CPU")
+	}
+	children := childrenCPU()
+	if err := exec.Command("sh", "-c", "i=0; while [ $i -lt 200000 ]; do i=$((i+1)); done").Run(); err != nil {
+		t.Fatal(err)
+	}
+	if childrenCPU() <= children {
+		t.Error("a child's work did not count once it was waited for")
+	}
+}
+
+// TestCPUAt: the sample in force at a moment is the last taken at or
+// before it.
+func TestCPUAt(t *testing.T) {
+	t0 := time.Now()
+	samples := []cpuSample{{at: t0, worker: 1}, {at: t0.Add(time.Second), worker: 2}, {at: t0.Add(2 * time.Second), worker: 3}}
+	for _, tt := range []struct {
+		at   time.Duration
+		want time.Duration
+	}{{-time.Second, 1}, {0, 1}, {500 * time.Millisecond, 1}, {time.Second, 2}, {1500 * time.Millisecond, 2}, {5 * time.Second, 3}} {
+		if got := cpuAt(samples, t0.Add(tt.at)).worker; got != tt.want {
+			t.Errorf("at %s: sample %d, want %d", tt.at, got, tt.want)
+		}
+	}
+}
+
+// TestServerCPUPerMessage: the server's CPU a message is read over the
+// second window of pushes and the last whole one, and not at all from too
+// few pushes.
+func TestServerCPUPerMessage(t *testing.T) {
+	// Before each of 6 pushes of 10 messages and after the last: 1 s, 2 s,
+	// ... of CPU per push, windows of one push.
+	cpu := []time.Duration{0, 1 * time.Second, 3 * time.Second, 6 * time.Second, 10 * time.Second, 15 * time.Second, 21 * time.Second}
+	got := serverCPUPerMessage(cpu, 10, 10)
+	// The second push (2 s) and the fifth (5 s), the last whole one.
+	if want := [2]float64{200, 500}; got != want {
+		t.Errorf("serverCPUPerMessage = %v, want %v", got, want)
+	}
+	if got := serverCPUPerMessage(cpu[:3], 10, 10); got != [2]float64{} {
+		t.Errorf("from two pushes: %v, want nothing", got)
+	}
+}
