@@ -167,7 +167,14 @@ func collect(src Indexer, dir string, files *[]resourceFile, kusts *[]string, pl
 		return fmt.Errorf("%s: %w", k, err)
 	}
 	*kusts = append(*kusts, k)
-	*plain = *plain && onlyResources(content)
+	own, upward := readFields(content)
+	if upward && len(*kusts) > 1 {
+		// A kustomization below dir whose fields act on every one above
+		// it: a pruned build that leaves its folder out would judge the
+		// others without them. Kustomize builds the whole tree.
+		return errUnsupported
+	}
+	*plain = *plain && own
 	present, dirs, err := src.Entries(dir)
 	if err != nil {
 		return err
@@ -281,24 +288,45 @@ func (c *Checker) buildLarge(src Indexer, dir string, changed []string, files []
 // meet (idNeutral). One that cannot be read so is left to kustomize, in one
 // build.
 func onlyResources(content []byte) bool {
+	plain, _ := readFields(content)
+	return plain
+}
+
+// readFields reads a kustomization's fields besides its resources: plain
+// as onlyResources says, and upward when it holds a field that kustomize
+// hands up to every kustomization above it (upwardFields). One that cannot
+// be read is not plain; kustomize, which reads it as this does, refuses it
+// wherever the build holds it.
+func readFields(content []byte) (plain, upward bool) {
 	rest, err := kustomization.Rest(content)
 	if err != nil {
-		return false
+		return false, false
 	}
 	var m map[string]any
 	if err := yaml.Unmarshal(rest, &m); err != nil {
-		return false
+		return false, false
 	}
+	plain = true
 	for key, v := range m {
 		if !slices.ContainsFunc(idNeutral, func(f string) bool { return strings.EqualFold(f, key) }) {
-			return false
+			plain = false
 		}
 		if strings.EqualFold(key, "labels") && !defaultFields(v) {
-			return false
+			plain = false
+		}
+		if slices.ContainsFunc(upwardFields, func(f string) bool { return strings.EqualFold(f, key) }) {
+			upward = true
 		}
 	}
-	return true
+	return plain, upward
 }
+
+// upwardFields are the kustomization fields kustomize merges into every
+// kustomization above the one that holds them (its resource accumulator's
+// transformer configuration): configurations can point a parent's
+// commonLabels at metadata.name, crds add field specs the parent's
+// transformers follow.
+var upwardFields = []string{"configurations", "crds"}
 
 // defaultFields reports whether a labels field (a list of entries) leaves
 // every entry's pairs to kustomize's own places for labels: an entry's
