@@ -171,14 +171,18 @@ func (c *Consumer) Run(ctx context.Context) {
 		// heartbeat's interval has passed since the first receive, whose
 		// messages' visibility is renewed from then on.
 		held := bodyBytes(out)
-		for len(out) < c.opts.MaxBatch && len(out)%c.opts.MaxMessages == 0 && held < batchBytes &&
-			time.Since(received) < c.renewEvery() && ctx.Err() == nil {
-			more, err := c.followUp(ctx)
+		// A follow-up asks for no more than the batch has room for, so
+		// that a batch never exceeds MaxBatch.
+		for full := len(out) >= c.opts.MaxMessages; full && len(out) < c.opts.MaxBatch && held < batchBytes &&
+			time.Since(received) < c.renewEvery() && ctx.Err() == nil; {
+			asked := min(c.opts.MaxMessages, c.opts.MaxBatch-len(out))
+			more, err := c.followUp(ctx, asked)
 			if err != nil || len(more) == 0 {
 				break
 			}
 			out = append(out, more...)
 			held += bodyBytes(more)
+			full = len(more) >= asked
 		}
 		msgs := make([]Message, len(out))
 		for i, m := range out {
@@ -218,22 +222,22 @@ func bodyBytes(ms []types.Message) int {
 func (c *Consumer) poll(ctx context.Context) ([]types.Message, error) {
 	pctx, cancel := graceContext(ctx, c.opts.ShutdownGrace)
 	defer cancel()
-	return c.receive(pctx, c.opts.WaitTime)
+	return c.receive(pctx, c.opts.WaitTime, c.opts.MaxMessages)
 }
 
-// followUp is a receive that does not wait, bounded by the shutdown grace
-// rather than abandoned when shutdown begins.
-func (c *Consumer) followUp(ctx context.Context) ([]types.Message, error) {
+// followUp is a receive of up to n messages that does not wait, bounded by
+// the shutdown grace rather than abandoned when shutdown begins.
+func (c *Consumer) followUp(ctx context.Context, n int) ([]types.Message, error) {
 	fctx, cancel := graceContext(ctx, c.opts.ShutdownGrace)
 	defer cancel()
-	return c.receive(fctx, 0)
+	return c.receive(fctx, 0, n)
 }
 
-// receive is one ReceiveMessage call.
-func (c *Consumer) receive(ctx context.Context, wait time.Duration) ([]types.Message, error) {
+// receive is one ReceiveMessage call for up to n messages.
+func (c *Consumer) receive(ctx context.Context, wait time.Duration, n int) ([]types.Message, error) {
 	out, err := c.api.ReceiveMessage(ctx, &sqs.ReceiveMessageInput{
 		QueueUrl:            aws.String(c.queue.URL),
-		MaxNumberOfMessages: int32(c.opts.MaxMessages),
+		MaxNumberOfMessages: int32(n),
 		WaitTimeSeconds:     int32(wait / time.Second),
 		VisibilityTimeout:   int32(c.opts.VisibilityTimeout / time.Second),
 		MessageSystemAttributeNames: []types.MessageSystemAttributeName{
