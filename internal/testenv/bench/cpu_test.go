@@ -35,11 +35,12 @@ func TestProcessCPU(t *testing.T) {
 // before it.
 func TestCPUAt(t *testing.T) {
 	t0 := time.Now()
-	samples := []cpuSample{{at: t0, worker: 1}, {at: t0.Add(time.Second), worker: 2}, {at: t0.Add(2 * time.Second), worker: 3}}
+	// Two samples at one instant (found by review): the later one counts.
+	samples := []cpuSample{{at: t0, worker: 1}, {at: t0.Add(time.Second), worker: 2}, {at: t0.Add(time.Second), worker: 3}, {at: t0.Add(2 * time.Second), worker: 4}}
 	for _, tt := range []struct {
 		at   time.Duration
 		want time.Duration
-	}{{-time.Second, 1}, {0, 1}, {500 * time.Millisecond, 1}, {time.Second, 2}, {1500 * time.Millisecond, 2}, {5 * time.Second, 3}} {
+	}{{-time.Second, 1}, {0, 1}, {500 * time.Millisecond, 1}, {time.Second, 3}, {1500 * time.Millisecond, 3}, {2 * time.Second, 4}, {5 * time.Second, 4}} {
 		if got := cpuAt(samples, t0.Add(tt.at)).worker; got != tt.want {
 			t.Errorf("at %s: sample %d, want %d", tt.at, got, tt.want)
 		}
@@ -58,7 +59,9 @@ func TestServerCPUPerMessage(t *testing.T) {
 	if want := [2]float64{200, 500}; got != want {
 		t.Errorf("serverCPUPerMessage = %v, want %v", got, want)
 	}
-	if got := serverCPUPerMessage(cpu[:3], 10, 10); got != [2]float64{} {
-		t.Errorf("from two pushes: %v, want nothing", got)
+	// Three pushes of one a window: the second and the last whole one
+	// would be one push (found by review).
+	if got := serverCPUPerMessage(cpu[:4], 10, 10); got != [2]float64{} {
+		t.Errorf("from three pushes: %v, want nothing", got)
 	}
 }

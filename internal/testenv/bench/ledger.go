@@ -3,10 +3,12 @@ package bench
 import (
 	"bytes"
 	"context"
+	"flag"
 	"fmt"
 	"io"
 	"math/rand/v2"
 	"os"
+	"os/exec"
 	"path"
 	"slices"
 	"strconv"
@@ -146,8 +148,8 @@ type LedgerBacklog struct {
 	// the git processes the bench's own server runs). Two cores are
 	// shared: what the server spends more at the end is taken from the
 	// worker's steps.
-	WorkerCPU [2]float64 `json:"worker_cpu_ms_per_message_first_last"`
-	ServerCPU [2]float64 `json:"server_cpu_ms_per_message_first_last"`
+	WorkerCPU [2]float64 `json:"worker_cpu_ms_per_message_second_last"`
+	ServerCPU [2]float64 `json:"server_cpu_ms_per_message_second_last"`
 	// Peers are the git command line pushing the worker's history again,
 	// as it was and squashed to a commit per push (none when
 	// LedgerOptions.NoPeer).
@@ -689,10 +691,13 @@ type cpuSample struct {
 
 // cpuAt is the last sample taken at or before t (the first if none was).
 func cpuAt(samples []cpuSample, t time.Time) cpuSample {
-	i, _ := slices.BinarySearchFunc(samples, t, func(s cpuSample, t time.Time) int { return s.at.Compare(t) })
-	if i < len(samples) && samples[i].at.Equal(t) {
-		return samples[i]
-	}
+	// The first sample taken after t, and the one before it.
+	i, _ := slices.BinarySearchFunc(samples, t, func(s cpuSample, t time.Time) int {
+		if s.at.After(t) {
+			return 1
+		}
+		return -1
+	})
 	return samples[max(0, i-1)]
 }
 
@@ -735,26 +740,21 @@ func childrenCPU() time.Duration {
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
-// maxBatch is the workers' batch: MAX_BATCH and RUN_HISTORY as
-// BENCH_WORKER_ENV sets them, or their defaults, read as the worker reads
-// them.
+// maxBatch is the workers' batch: BENCH_WORKER_ENV's settings, or their
+// defaults, read by the worker's own configuration, as the worker gets
+// them (the last of a repeated key; an empty value is unset).
 func maxBatch() int {
-	o := config.Default()
-	for _, kv := range strings.Fields(os.Getenv("BENCH_WORKER_ENV")) {
+	cmd := exec.Command("true")
+	cmd.Env = strings.Fields(os.Getenv("BENCH_WORKER_ENV"))
+	env := map[string]string{}
+	for _, kv := range cmd.Environ() {
 		k, v, _ := strings.Cut(kv, "=")
-		n, err := strconv.Atoi(v)
-		if err != nil {
-			continue
-		}
-		switch k {
-		case "MAX_BATCH":
-			o.MaxBatch = n
-		case "RUN_HISTORY":
-			o.RunHistory = n
-		case "SQS_MAX_MESSAGES":
-			o.MaxMessages = n
-		}
+		env[k] = v
 	}
+	o := config.Default()
+	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	o.BindGroups(fs, func(k string) string { return env[k] }, config.Worker)
 	return o.Batch()
 }
 

@@ -17,6 +17,11 @@ func TestMaxBatchAsTheWorkerReadsIt(t *testing.T) {
 		"MAX_BATCH=0 RUN_HISTORY=500": 500,
 		"RUN_HISTORY=500":             500,
 		"MAX_BATCH=200":               200,
+		// The worker gets the last of a repeated key, and an empty value
+		// is unset (found by review).
+		"MAX_BATCH=200 MAX_BATCH=":     config.MaxBatchLimit,
+		"RUN_HISTORY=500 RUN_HISTORY=": config.MaxBatchLimit,
+		"MAX_BATCH=200 MAX_BATCH=300":  300,
 	} {
 		t.Setenv("BENCH_WORKER_ENV", env)
 		if got := maxBatch(); got != want {

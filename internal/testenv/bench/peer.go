@@ -53,7 +53,7 @@ type PeerReplay struct {
 	// ServerCPU is the server's CPU milliseconds a message over the
 	// second window of pushes and the last whole one (Gitea only; zero
 	// when not measured).
-	ServerCPU [2]float64 `json:"server_cpu_ms_per_message_second_last,omitempty"`
+	ServerCPU [2]float64 `json:"server_cpu_ms_per_message_second_last"`
 }
 
 // replayPushes pushes the history of repository name from seed to its
