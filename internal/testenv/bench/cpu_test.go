@@ -3,6 +3,7 @@ package bench
 import (
 	"os"
 	"os/exec"
+	"strings"
 	"testing"
 	"time"
 )
@@ -63,5 +64,35 @@ func TestServerCPUPerMessage(t *testing.T) {
 	// would be one push (found by review).
 	if got := serverCPUPerMessage(cpu[:4], 10, 10); got != [2]float64{} {
 		t.Errorf("from three pushes: %v, want nothing", got)
+	}
+}
+
+// TestLedgerTableSetsTheWorkerAgainstTheFloor: the backlog's table says
+// whether the worker's last/first is at least that of the git CLI pushing
+// the same content every time, in the same run, and nothing of it without
+// that peer.
+func TestLedgerTableSetsTheWorkerAgainstTheFloor(t *testing.T) {
+	floor := &PeerReplay{Bounded: true, Records: recordsPerPush.String(), LastOverFirst: 0.77}
+	other := &PeerReplay{Bounded: true, Records: recordsIn16s.String(), LastOverFirst: 0.99}
+	for _, tt := range []struct {
+		worker float64
+		peers  []*PeerReplay
+		want   string
+	}{
+		{0.81, []*PeerReplay{other, floor}, "0.81 against 0.77: at least the same: yes"},
+		{0.70, []*PeerReplay{floor, other}, "0.70 against 0.77: at least the same: no"},
+		{0.81, []*PeerReplay{other}, ""},
+	} {
+		r := &LedgerResult{Backlog: &LedgerBacklog{FirstPerSecond: 100, LastOverFirst: tt.worker, Peers: tt.peers}}
+		got := LedgerTable(r)
+		if tt.want == "" {
+			if strings.Contains(got, "at least the same") {
+				t.Errorf("without the constant-content peer the table compares: %s", got)
+			}
+			continue
+		}
+		if !strings.Contains(got, tt.want) {
+			t.Errorf("worker %.2f: the table does not say %q:\n%s", tt.worker, tt.want, got)
+		}
 	}
 }

@@ -834,6 +834,16 @@ func LedgerTable(r *LedgerResult) string {
 			b.WriteString("\n")
 		}
 	}
+	if l := r.Backlog; l != nil {
+		// The same server slowing down under a client whose pushes do not
+		// grow: the floor any client's last/first meets on it.
+		for _, p := range l.Peers {
+			if p.Bounded && p.Records == recordsPerPush.String() && l.FirstPerSecond > 0 {
+				fmt.Fprintf(&b, "\nthe worker's last/first against the git CLI's pushing the same content every time, in the same run: %.2f against %.2f: at least the same: %s\n",
+					l.LastOverFirst, p.LastOverFirst, yes(l.LastOverFirst >= p.LastOverFirst))
+			}
+		}
+	}
 	if l := r.Backlog; l != nil && l.FirstPerSecond > 0 {
 		fmt.Fprintf(&b, "\nCPU a message, second window / last: the worker %.2f / %.2f ms (%.2fx), the server %.2f / %.2f ms (%.2fx)\n",
 			l.WorkerCPU[0], l.WorkerCPU[1], ratioOf(l.WorkerCPU), l.ServerCPU[0], l.ServerCPU[1], ratioOf(l.ServerCPU))
