@@ -13,6 +13,8 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
 	"github.com/rs/zerolog"
+
+	"github.com/tenant-worker/tenant-worker/internal/config"
 )
 
 // fakeSQS is a small in-memory stand-in for the SQS calls a Consumer makes.
@@ -351,34 +353,59 @@ func TestBatchStopsGrowingAtItsBytes(t *testing.T) {
 		{"large bodies stop at the bound", 1 << 20, 10},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			f := newFake()
-			ctx, cancel := context.WithCancel(context.Background())
-			defer cancel()
-			body := strings.Repeat("x", c.body)
-			k := 0
-			f.receive = func(context.Context, *sqs.ReceiveMessageInput) ([]types.Message, error) {
-				var out []types.Message
-				for range 10 {
-					k++
-					out = append(out, types.Message{MessageId: aws.String(strconv.Itoa(k)), ReceiptHandle: aws.String("rh-" + strconv.Itoa(k)), Body: aws.String(body)})
-				}
-				return out, nil
-			}
-			got := make(chan int, 1)
-			con := testConsumer(f, func(_ context.Context, ms []Message) []Disposition {
-				select {
-				case got <- len(ms):
-				default:
-				}
-				cancel()
-				return uniform(len(ms), Disposition{Action: Ack})
-			}, Options{WaitTime: time.Second, MaxMessages: 10, MaxBatch: 50})
-			con.Run(ctx)
-			if n := <-got; n != c.want {
+			n := firstBatch(strings.Repeat("x", c.body), Options{WaitTime: time.Second, MaxMessages: 10, MaxBatch: 50})
+			if n != c.want {
 				t.Errorf("the first batch holds %d messages of %d bytes, want %d", n, c.body, c.want)
 			}
 		})
 	}
+}
+
+// TestBatchNeverExceedsMaxBatch: RUN_HISTORY=505 set alone makes the
+// batch 505 (config.Options.Batch), which the history holds. Follow-up
+// receives ask for no more than the batch has room for: with 10 a receive,
+// the batch stops at 505, not 510, which would push runs out of the
+// history at once (found by review; MAX_BATCH=15 made batches of 20).
+func TestBatchNeverExceedsMaxBatch(t *testing.T) {
+	o := config.Default()
+	o.RunHistory = 505
+	batch := o.Batch()
+	if batch != 505 {
+		t.Fatalf("setup: Batch() = %d", batch)
+	}
+	n := firstBatch("{}", Options{WaitTime: time.Second, MaxMessages: o.MaxMessages, MaxBatch: batch, VisibilityTimeout: time.Minute})
+	if n != batch {
+		t.Errorf("a batch of %d messages with MAX_BATCH resolved to %d and RUN_HISTORY %d; want the batch whole", n, batch, o.RunHistory)
+	}
+}
+
+// firstBatch runs a consumer with o over an endless backlog of messages
+// of body, each receive bringing as many as it asks for, up to 10 (as SQS
+// does), and returns the size of the first batch it hands on.
+func firstBatch(body string, o Options) int {
+	f := newFake()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	k := 0
+	f.receive = func(_ context.Context, in *sqs.ReceiveMessageInput) ([]types.Message, error) {
+		var out []types.Message
+		for range min(10, int(in.MaxNumberOfMessages)) {
+			k++
+			out = append(out, types.Message{MessageId: aws.String(strconv.Itoa(k)), ReceiptHandle: aws.String("rh-" + strconv.Itoa(k)), Body: aws.String(body)})
+		}
+		return out, nil
+	}
+	got := make(chan int, 1)
+	con := testConsumer(f, func(_ context.Context, ms []Message) []Disposition {
+		select {
+		case got <- len(ms):
+		default:
+		}
+		cancel()
+		return uniform(len(ms), Disposition{Action: Ack})
+	}, o)
+	con.Run(ctx)
+	return <-got
 }
 
 // timedSQS is fakeSQS with a latency per call and SQS's visibility

@@ -283,20 +283,12 @@ func (c *Checker) buildLarge(src Indexer, dir string, changed []string, files []
 	return nil
 }
 
-// onlyResources reports whether a kustomization holds nothing but its
-// resources list and fields that never change an id or make two resources
-// meet (idNeutral). One that cannot be read so is left to kustomize, in one
-// build.
-func onlyResources(content []byte) bool {
-	plain, _ := readFields(content)
-	return plain
-}
-
 // readFields reads a kustomization's fields besides its resources: plain
-// as onlyResources says, and upward when it holds a field that kustomize
-// hands up to every kustomization above it (upwardFields). One that cannot
-// be read is not plain; kustomize, which reads it as this does, refuses it
-// wherever the build holds it.
+// when it holds nothing but fields that never change an id or make two
+// resources meet (idNeutral), and upward when it holds a field that
+// kustomize hands up to every kustomization above it (upwardFields). One
+// that cannot be read is not plain, and left to kustomize in one build,
+// which reads it as this does and refuses it wherever the build holds it.
 func readFields(content []byte) (plain, upward bool) {
 	rest, err := kustomization.Rest(content)
 	if err != nil {
@@ -308,17 +300,18 @@ func readFields(content []byte) (plain, upward bool) {
 	}
 	plain = true
 	for key, v := range m {
-		if !slices.ContainsFunc(idNeutral, func(f string) bool { return strings.EqualFold(f, key) }) {
+		if !isField(key, idNeutral...) || isField(key, "labels") && !defaultFields(v) {
 			plain = false
 		}
-		if strings.EqualFold(key, "labels") && !defaultFields(v) {
-			plain = false
-		}
-		if slices.ContainsFunc(upwardFields, func(f string) bool { return strings.EqualFold(f, key) }) {
-			upward = true
-		}
+		upward = upward || isField(key, upwardFields...)
 	}
 	return plain, upward
+}
+
+// isField reports whether key names one of the fields, as kustomize reads
+// field names: in any case (it reads YAML as JSON).
+func isField(key string, fields ...string) bool {
+	return slices.ContainsFunc(fields, func(f string) bool { return strings.EqualFold(f, key) })
 }
 
 // upwardFields are the kustomization fields kustomize merges into every
@@ -346,7 +339,7 @@ func defaultFields(labels any) bool {
 			return false
 		}
 		for k := range entry {
-			if strings.EqualFold(k, "fields") {
+			if isField(k, "fields") {
 				return false
 			}
 		}
@@ -358,8 +351,7 @@ func defaultFields(labels any) bool {
 // every resource's id (group, version, kind, name, namespace) as written
 // and act on each resource alone: labels and annotations added to each,
 // the order of the output, where each came from (labels only without
-// fields of their own: see defaultFields). Kustomize matches field names
-// in any case (it reads YAML as JSON), so these are compared so too.
+// fields of their own: see defaultFields), compared as isField does.
 // A namespace, a prefix or suffix, patches, replacements, generators and
 // components change ids or make resources meet: not here.
 var idNeutral = []string{

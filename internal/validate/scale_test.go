@@ -281,7 +281,11 @@ func TestLargeChangeIsBuiltInParts(t *testing.T) {
 // (aa.yaml sorts first, zz.yaml last, 2*buildPart new tenants between
 // them), are refused: by the id index when kustomize tells them apart by
 // its effective namespace or a list's items, and by one build when a
-// kustomization's patch makes them one.
+// kustomization's patch makes them one, or labels with fields of their own
+// (found by review: labels were first taken as id-neutral whatever their
+// fields), or the tier's commonLabels pointed at names by the
+// configurations of a folder far down its list, which kustomize hands up
+// and a pruned build would leave out (found by review).
 func TestLargeChangeClashesAcrossParts(t *testing.T) {
 	cm := func(ns string) string {
 		s := "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: clash\n"
@@ -290,17 +294,28 @@ func TestLargeChangeClashesAcrossParts(t *testing.T) {
 		}
 		return s
 	}
+	// A folder listed before the change, beyond the pruned build's
+	// context, whose configurations point commonLabels at metadata.
+	upward := map[string]string{
+		"kustomization.yaml": "resources:\n  - cm.yaml\nconfigurations:\n  - cfg.yaml\n",
+		"cm.yaml":            "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: extra\n",
+		"cfg.yaml":           "commonLabels:\n  - kind: Secret\n    path: metadata\n",
+	}
 	tests := []struct {
 		name, aa, zz, kustomization string
+		extra                       map[string]string // files of a folder extra/ listed first
 	}{
-		{"no namespace and default", cm(""), cm("default"), ""},
+		{"no namespace and default", cm(""), cm("default"), "", nil},
 		{"a cluster-scoped kind with a namespace", "apiVersion: rbac.authorization.k8s.io/v1\nkind: ClusterRole\nmetadata:\n  name: clash\n",
-			"apiVersion: rbac.authorization.k8s.io/v1\nkind: ClusterRole\nmetadata:\n  name: clash\n  namespace: flux-system\n", ""},
-		{"an item of a list", cm("default"), "apiVersion: v1\nkind: ConfigMapList\nitems:\n  - apiVersion: v1\n    kind: ConfigMap\n    metadata:\n      name: clash\n", ""},
+			"apiVersion: rbac.authorization.k8s.io/v1\nkind: ClusterRole\nmetadata:\n  name: clash\n  namespace: flux-system\n", "", nil},
+		{"an item of a list", cm("default"), "apiVersion: v1\nkind: ConfigMapList\nitems:\n  - apiVersion: v1\n    kind: ConfigMap\n    metadata:\n      name: clash\n", "", nil},
 		{"no namespace and default, beside labels and annotations", cm(""), cm("default"),
-			"commonAnnotations:\n  team: a\nCommonLabels:\n  app: x\nlabels:\n  - pairs:\n      tier: premium\nbuildMetadata: [originAnnotations]\nsortOptions:\n  order: fifo\n"},
+			"commonAnnotations:\n  team: a\nCommonLabels:\n  app: x\nlabels:\n  - pairs:\n      tier: premium\nbuildMetadata: [originAnnotations]\nsortOptions:\n  order: fifo\n", nil},
 		{"a patch that gives both one namespace", cm("a"), cm("b"),
-			"patches:\n  - target:\n      kind: ConfigMap\n      name: clash\n    patch: |-\n      - op: replace\n        path: /metadata/namespace\n        value: same\n"},
+			"patches:\n  - target:\n      kind: ConfigMap\n      name: clash\n    patch: |-\n      - op: replace\n        path: /metadata/namespace\n        value: same\n", nil},
+		{"labels whose fields give both one name", secret("a", ""), secret("z", ""), renameFields("name", "same"), nil},
+		{"labels whose fields give both one namespace", secret("clash", "a"), secret("clash", "b"), renameFields("namespace", "same"), nil},
+		{"a folder's configurations point the tier's commonLabels at names", secret("a", ""), secret("z", ""), "commonLabels:\n  name: same\n", upward},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -312,6 +327,12 @@ func TestLargeChangeClashesAcrossParts(t *testing.T) {
 				m[dir+"/"+name] = &fstest.MapFile{Data: []byte(content)}
 				m[kpath].Data = append(m[kpath].Data, "\n  - "+name...)
 				changed = append(changed, dir+"/"+name)
+			}
+			if tt.extra != nil {
+				for name, content := range tt.extra {
+					m[dir+"/extra/"+name] = &fstest.MapFile{Data: []byte(content)}
+				}
+				m[kpath].Data = append(m[kpath].Data, "\n  - extra"...)
 			}
 			add("aa.yaml", tt.aa)
 			for i := range 2 * buildPart {
@@ -447,8 +468,26 @@ func TestOnlyResources(t *testing.T) {
 	}
 	for _, tt := range tests {
 		content := "resources:\n  - a.yaml\n" + tt.rest
-		if got := onlyResources([]byte(content)); got != tt.want {
-			t.Errorf("onlyResources(%q) = %v, want %v", content, got, tt.want)
+		if got, _ := readFields([]byte(content)); got != tt.want {
+			t.Errorf("readFields(%q): plain %v, want %v", content, got, tt.want)
+		}
+	}
+}
+
+// TestReadFieldsUpward: the fields kustomize hands up to the
+// kustomizations above are found in any case kustomize reads them in.
+func TestReadFieldsUpward(t *testing.T) {
+	for rest, want := range map[string]bool{
+		"":                                false,
+		"commonLabels:\n  a: b\n":         false,
+		"patches:\n  - path: p.yaml\n":    false,
+		"configurations:\n  - cfg.yaml\n": true,
+		"Configurations: [cfg.yaml]\n":    true,
+		"crds:\n  - crd.json\n":           true,
+		"CRDS: [crd.json]\n":              true,
+	} {
+		if _, got := readFields([]byte("resources:\n  - a.yaml\n" + rest)); got != want {
+			t.Errorf("readFields(%q): upward %v, want %v", rest, got, want)
 		}
 	}
 }

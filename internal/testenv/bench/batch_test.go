@@ -150,7 +150,7 @@ func (r *batchRun) apply(b testing.TB) {
 // clone; this one measures what the clone and its caches, the ledger's
 // records and the Go heap go through in a run.
 //
-// It reports the median of the worker's own time (every step but the push
+// It reports the p50 of the worker's own time (every step but the push
 // and the lock) over the first and the last fifth of the batches, and the
 // push's, and fails when the last fifth's own time is more than 1.2x the
 // first's. Both fifths run on the same machine in the same process, and
@@ -169,44 +169,30 @@ func BenchmarkBatchHistory(b *testing.B) {
 		b.StopTimer()
 		r := newBatchRun(b, 1000, 100)
 		b.StartTimer()
-		own := make([]float64, batches)
-		push := make([]float64, batches)
+		own := make([]time.Duration, batches)
+		push := make([]time.Duration, batches)
 		for i := range batches {
 			clear(r.steps)
 			r.apply(b)
 			for s, d := range r.steps {
-				ms := float64(d) / float64(time.Millisecond)
 				switch s {
 				case string(pipeline.StepPush):
-					push[i] = ms
+					push[i] = d
 				case string(pipeline.StepLock):
 				default:
-					own[i] += ms
+					own[i] += d
 				}
 			}
 		}
 		k := batches / 5
-		first, last := median(own[:k]), median(own[batches-k:])
+		first, last := stats(own[:k]).P50, stats(own[batches-k:]).P50
 		b.ReportMetric(first, "own-ms/batch-first-fifth")
 		b.ReportMetric(last, "own-ms/batch-last-fifth")
-		b.ReportMetric(median(push[:k]), "push-ms/batch-first-fifth")
-		b.ReportMetric(median(push[batches-k:]), "push-ms/batch-last-fifth")
+		b.ReportMetric(stats(push[:k]).P50, "push-ms/batch-first-fifth")
+		b.ReportMetric(stats(push[batches-k:]).P50, "push-ms/batch-last-fifth")
 		if last > 1.2*first {
 			b.Errorf("the worker's own time per batch grew from %.0f ms (first fifth of %d batches) to %.0f ms (last fifth): %.2fx, more than 1.2x",
 				first, batches, last, last/first)
 		}
 	}
-}
-
-// median is the middle of xs (the mean of the two middle ones when even).
-func median(xs []float64) float64 {
-	s := slices.Sorted(slices.Values(xs))
-	n := len(s)
-	if n == 0 {
-		return 0
-	}
-	if n%2 == 1 {
-		return s[n/2]
-	}
-	return (s[n/2-1] + s[n/2]) / 2
 }

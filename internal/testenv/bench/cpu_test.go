@@ -1,34 +1,17 @@
 package bench
 
 import (
-	"os"
-	"os/exec"
 	"strings"
 	"testing"
 	"time"
 )
 
-// TestProcessCPU: a process's CPU time as /proc gives it grows with the
-// work it does, and a child's counts once it is waited for, as the
-// backlog's attribution of CPU between worker and server reads them.
+// TestProcessCPU: what the backlog reads of a process that is gone is
+// nothing, not an error in the middle of a run (internal/testenv/cputime
+// tests the counts themselves).
 func TestProcessCPU(t *testing.T) {
-	// Spin until 50 ms of CPU are counted: however busy the machine, that
-	// comes, unless the count does not move.
-	before := processCPU(os.Getpid())
-	for deadline := time.Now().Add(time.Minute); processCPU(os.Getpid())-before < 50*time.Millisecond; {
-		if time.Now().After(deadline) {
-			t.Fatalf("a minute of spinning counted %s of CPU", processCPU(os.Getpid())-before)
-		}
-	}
 	if processCPU(-1) != 0 {
 		t.Error("a process that does not exist spent CPU")
-	}
-	children := childrenCPU()
-	if err := exec.Command("sh", "-c", "i=0; while [ $i -lt 200000 ]; do i=$((i+1)); done").Run(); err != nil {
-		t.Fatal(err)
-	}
-	if childrenCPU() <= children {
-		t.Error("a child's work did not count once it was waited for")
 	}
 }
 

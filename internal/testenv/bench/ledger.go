@@ -1,7 +1,6 @@
 package bench
 
 import (
-	"bytes"
 	"context"
 	"flag"
 	"fmt"
@@ -13,7 +12,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -25,6 +23,7 @@ import (
 	"github.com/tenant-worker/tenant-worker/internal/gitops"
 	"github.com/tenant-worker/tenant-worker/internal/gitrepo"
 	"github.com/tenant-worker/tenant-worker/internal/ledger"
+	"github.com/tenant-worker/tenant-worker/internal/testenv/cputime"
 	"github.com/tenant-worker/tenant-worker/internal/testenv/fauxqs"
 	"github.com/tenant-worker/tenant-worker/internal/testenv/gitea"
 	"github.com/tenant-worker/tenant-worker/internal/testenv/gitserver"
@@ -261,7 +260,7 @@ func RunLedger(ctx context.Context, o LedgerOptions, progress io.Writer) (*Ledge
 		return res, err
 	}
 	err = measure(ledgerHost{name: "http-backend", srv: srv, repo: func(k string) string { return k + ".git" },
-		url: srv.RepoURL, path: srv.RepoPath, pushURL: srv.RepoURL, cpu: childrenCPU}, !o.Gitea)
+		url: srv.RepoURL, path: srv.RepoPath, pushURL: srv.RepoURL, cpu: cputime.WaitedChildren}, !o.Gitea)
 	_ = srv.Close()
 	if err != nil || !o.Gitea {
 		return res, err
@@ -701,43 +700,14 @@ func cpuAt(samples []cpuSample, t time.Time) cpuSample {
 	return samples[max(0, i-1)]
 }
 
-// processCPU is the user and system time process pid and the children it
-// waited for have spent (/proc/<pid>/stat, in clock ticks of 10 ms);
-// zero when it cannot be read.
+// processCPU is the processor time process pid and the children it waited
+// for have spent; zero when it cannot be read.
 func processCPU(pid int) time.Duration {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	t, err := cputime.Of(pid)
 	if err != nil {
 		return 0
 	}
-	// The fields after the command's name, which is in parentheses: the
-	// state is field 3, utime, stime, cutime and cstime fields 14 to 17.
-	i := bytes.LastIndex(b, []byte(") "))
-	if i < 0 {
-		return 0
-	}
-	f := strings.Fields(string(b[i+2:]))
-	if len(f) < 15 {
-		return 0
-	}
-	var ticks int64
-	for _, s := range f[11:15] {
-		n, err := strconv.ParseInt(s, 10, 64)
-		if err != nil {
-			return 0
-		}
-		ticks += n
-	}
-	return time.Duration(ticks) * 10 * time.Millisecond
-}
-
-// childrenCPU is the user and system time of the bench's own children
-// that it waited for: the git processes of its in-process http-backend.
-func childrenCPU() time.Duration {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_CHILDREN, &ru); err != nil {
-		return 0
-	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+	return t.Self + t.Children
 }
 
 // maxBatch is the workers' batch: BENCH_WORKER_ENV's settings, or their

@@ -14,7 +14,6 @@
 package controlplane
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"net"
@@ -22,7 +21,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -31,6 +29,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
+	"github.com/tenant-worker/tenant-worker/internal/testenv/cputime"
 	"github.com/tenant-worker/tenant-worker/internal/testenv/loopback"
 )
 
@@ -331,44 +330,13 @@ func ServeDir(ctx context.Context, dir string) (string, error) {
 // be read is left out.
 func (cp *ControlPlane) CPU() map[string]time.Duration {
 	out := map[string]time.Duration{}
-	for _, p := range cp.procs {
-		if p.cmd.Process == nil {
+	for _, c := range cp.procs {
+		if c.cmd.Process == nil {
 			continue
 		}
-		if d, err := procCPU(p.cmd.Process.Pid); err == nil {
-			out[p.name] = d
+		if t, err := cputime.Of(c.cmd.Process.Pid); err == nil {
+			out[c.name] = t.Self
 		}
 	}
 	return out
-}
-
-// clockTicks is USER_HZ, the unit of /proc/<pid>/stat's times: 100 on
-// every Linux architecture Go runs on.
-const clockTicks = 100
-
-// procCPU reads utime and stime (fields 14 and 15) of /proc/<pid>/stat.
-func procCPU(pid int) (time.Duration, error) {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return 0, err
-	}
-	// The command name (field 2) is in parentheses and may hold spaces:
-	// the fields after it are counted from its closing one.
-	i := bytes.LastIndexByte(b, ')')
-	if i < 0 {
-		return 0, fmt.Errorf("/proc/%d/stat: no command name", pid)
-	}
-	f := strings.Fields(string(b[i+1:]))
-	if len(f) < 13 {
-		return 0, fmt.Errorf("/proc/%d/stat: %d fields", pid, len(f)+2)
-	}
-	var ticks int64
-	for _, s := range f[11:13] { // fields 14 and 15: state is field 3, f[0]
-		n, err := strconv.ParseInt(s, 10, 64)
-		if err != nil {
-			return 0, fmt.Errorf("/proc/%d/stat: %w", pid, err)
-		}
-		ticks += n
-	}
-	return time.Duration(ticks) * time.Second / clockTicks, nil
 }
