@@ -4,7 +4,10 @@ import (
 	"context"
 	"fmt"
 	"maps"
+	"os/exec"
 	"slices"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -87,6 +90,7 @@ type batchRun struct {
 	sent      time.Time
 	steps     map[string]time.Duration
 	yamlBytes int64
+	srv       *gitserver.Server
 }
 
 // newBatchRun seeds a repository of n tenants in shards folders per tier,
@@ -101,21 +105,35 @@ func newBatchRun(b testing.TB, n, shards int) *batchRun {
 	if err := seedRepoWith(srv, "gitops.git", n, seedSpec{Layout: gitops.Layout{Shards: shards}, Tiers: backlogTiers}); err != nil {
 		b.Fatal(err)
 	}
-	repo, err := gitrepo.Open(context.Background(), gitrepo.Options{URL: srv.RepoURL("gitops.git"), Branch: "main",
+	r := &batchRun{sent: time.Now().Add(-time.Hour), steps: map[string]time.Duration{}, srv: srv}
+	r.p = r.clone(b)
+	return r
+}
+
+// clone is a pipeline on a new clone of the run's repository, warmed by
+// one batch (whose cost is not counted).
+func (r *batchRun) clone(b testing.TB) *pipeline.Pipeline {
+	b.Helper()
+	repo, err := gitrepo.Open(context.Background(), gitrepo.Options{URL: r.srv.RepoURL("gitops.git"), Branch: "main",
 		LedgerBranch: "tenant-worker/ledger", Token: "tok", AuthorName: "bench", AuthorEmail: "bench@example.com"})
 	if err != nil {
 		b.Fatal(err)
 	}
-	r := &batchRun{p: pipeline.New(repo, pipeline.Options{Layout: gitops.Layout{Root: templates.Root}}),
-		sent: time.Now().Add(-time.Hour), steps: map[string]time.Duration{}}
-	r.apply(b)
-	clear(r.steps) // what the warm-up cost is not measured
+	p := pipeline.New(repo, pipeline.Options{Layout: gitops.Layout{Root: templates.Root}})
+	r.applyOn(b, p)
+	clear(r.steps)
 	r.yamlBytes = 0
-	return r
+	return p
 }
 
 // apply applies one batch of MAX_BATCH onboardings of new tenants.
 func (r *batchRun) apply(b testing.TB) {
+	b.Helper()
+	r.applyOn(b, r.p)
+}
+
+// applyOn is apply with the pipeline p.
+func (r *batchRun) applyOn(b testing.TB, p *pipeline.Pipeline) {
 	b.Helper()
 	jobs := make([]pipeline.Job, 0, maxBatch())
 	for range maxBatch() {
@@ -129,7 +147,7 @@ func (r *batchRun) apply(b testing.TB) {
 		jobs = append(jobs, pipeline.Job{Request: req, MessageID: fmt.Sprintf("batch-message-%d", r.k), Queue: "onboarding", SentAt: r.sent})
 	}
 	before := kustomization.YAMLBytes()
-	rs := r.p.Apply(context.Background(), jobs)
+	rs := p.Apply(context.Background(), jobs)
 	r.yamlBytes += kustomization.YAMLBytes() - before
 	for i, res := range rs {
 		if res.Err != nil || !res.Applied {
@@ -144,55 +162,187 @@ func (r *batchRun) apply(b testing.TB) {
 // BenchmarkBatchHistory is the worker's own time per batch over a backlog's
 // history on one clone: 20 batches of MAX_BATCH onboardings, one after
 // another, take a repository of 2,000 tenants (1,000 and a warm-up batch)
-// in 100 shard folders per tier to 22,000, as the ledger bench's backlog
-// does, against git's http-backend
-// in process. BenchmarkBatchInShardFolders measures each size on a fresh
-// clone; this one measures what the clone and its caches, the ledger's
-// records and the Go heap go through in a run.
+// in 100 shard folders per tier to about 27,000, as the ledger bench's
+// backlog does, against git's http-backend in process.
+// BenchmarkBatchInShardFolders measures each size on a fresh clone; this
+// one measures what the clone and its caches, the ledger's records and the
+// Go heap go through in a run.
 //
-// It reports the p50 of the worker's own time (every step but the push
-// and the lock) over the first and the last fifth of the batches, and the
-// push's, and fails when the last fifth's own time is more than 1.2x the
-// first's. Both fifths run on the same machine in the same process, and
-// nothing else shares it but the in-process git server, so the ratio is
-// the worker's, not the machine's speed (1.00x when it was added,
-// 2026-12-06: 2,275 and 2,269 ms a batch of 1,000; on Gitea in the ledger
-// bench the same steps grew 1.3x, with Gitea's work after each push on the
-// same two cores).
+// The last fifth of the batches take turns with batches on a fresh clone
+// of the same repository, made then (and warmed by one batch), so that
+// both meet the same repository at the same moments of the machine; each
+// clone fetches the other's batch before its own (untimed), as a replica
+// would find a head moved by another (without the fetch, each batch would
+// be made on a stale head, lose the push's race and be made again). It
+// fails when the long-lived clone's own time (render, commit, validate and
+// intent, p50) is more than 1.2x the fresh clone's: then the history
+// costs something. It reports the first fifth's own time too: the last
+// fifth's is higher by what a larger repository costs any clone (each
+// commit rewrites its shard's list and tree, which hold 7 tenants at the
+// start and about 80 at the end), which BenchmarkBatchInShardFolders
+// bounds.
+//
+// It also reports what each push gives the server to hash and check: the
+// bytes of the objects new on each branch (uncompressed, as the server
+// inflates and hashes them; the pack carries most trees as deltas), over
+// the first and the last fifth of the long-lived clone's batches, for the
+// ledger branch and for the branch Flux reads. Those bytes do not depend
+// on the machine. The ledger's grow while its folders of key groups fill
+// (at most 16 entries each, reached near 65,536 records) and then stay;
+// the branch's grow with the tenants in a shard folder, because that is
+// the content Flux applies. It fails when the ledger's bytes a message in
+// the last fifth are more than 2x the first fifth's. The records grow
+// about 11x in the run, so a ledger whose bytes follow its records fails
+// (a mutation of the key groups to 16, 2026-12-06: 10.75x); the fill of
+// the folders accounts for at most 2.2x over any history (from about 1
+// entry in each 16 to all 16), and for 1.4x here (719-726 and 1,019-1,027
+// bytes a message, 2026-12-06, against 6,410 and 9,839 for the branch).
 //
 // Run it with:
 //
 //	go test -run '^$' -bench '^BenchmarkBatchHistory$' -benchtime 1x ./internal/testenv/bench/
 func BenchmarkBatchHistory(b *testing.B) {
 	const batches = 20
+	k := batches / 5
 	for range b.N {
 		b.StopTimer()
 		r := newBatchRun(b, 1000, 100)
 		b.StartTimer()
+		// The long-lived clone's own time and push per batch, the fresh
+		// clone's own time in the last fifth, and the bytes of the objects
+		// each of the long-lived clone's pushes made new, per branch.
 		own := make([]time.Duration, batches)
 		push := make([]time.Duration, batches)
+		var fresh []time.Duration
+		ledgerBytes := make([]int64, batches)
+		treeBytes := make([]int64, batches)
+		var freshClone *pipeline.Pipeline
 		for i := range batches {
+			if i == batches-k {
+				b.StopTimer()
+				freshClone = r.clone(b)
+				b.StartTimer()
+			}
+			if freshClone != nil {
+				r.sync(b, r.p) // the fresh clone's batch, fetched before, not raced
+			}
+			before := r.heads(b)
 			clear(r.steps)
 			r.apply(b)
-			for s, d := range r.steps {
-				switch s {
-				case string(pipeline.StepPush):
-					push[i] = d
-				case string(pipeline.StepLock):
-				default:
-					own[i] += d
-				}
+			own[i], push[i] = r.ownAndPush()
+			after := r.heads(b)
+			b.StopTimer()
+			ledgerBytes[i] = r.newObjectBytes(b, after.ledger, before.ledger)
+			treeBytes[i] = r.newObjectBytes(b, after.main, before.main)
+			b.StartTimer()
+			if freshClone != nil {
+				r.sync(b, freshClone)
+				clear(r.steps)
+				r.applyOn(b, freshClone)
+				d, _ := r.ownAndPush()
+				fresh = append(fresh, d)
 			}
 		}
-		k := batches / 5
 		first, last := stats(own[:k]).P50, stats(own[batches-k:]).P50
 		b.ReportMetric(first, "own-ms/batch-first-fifth")
 		b.ReportMetric(last, "own-ms/batch-last-fifth")
+		b.ReportMetric(stats(fresh).P50, "own-ms/batch-last-fifth-fresh-clone")
 		b.ReportMetric(stats(push[:k]).P50, "push-ms/batch-first-fifth")
 		b.ReportMetric(stats(push[batches-k:]).P50, "push-ms/batch-last-fifth")
-		if last > 1.2*first {
-			b.Errorf("the worker's own time per batch grew from %.0f ms (first fifth of %d batches) to %.0f ms (last fifth): %.2fx, more than 1.2x",
-				first, batches, last, last/first)
+		perMessage := func(bytes []int64) float64 { return float64(median(bytes)) / float64(maxBatch()) }
+		b.ReportMetric(perMessage(ledgerBytes[:k]), "ledger-B/message-first-fifth")
+		b.ReportMetric(perMessage(ledgerBytes[batches-k:]), "ledger-B/message-last-fifth")
+		b.ReportMetric(perMessage(treeBytes[:k]), "branch-B/message-first-fifth")
+		b.ReportMetric(perMessage(treeBytes[batches-k:]), "branch-B/message-last-fifth")
+		if f := stats(fresh).P50; last > 1.2*f {
+			b.Errorf("the long-lived clone's own time per batch in the last fifth, %.0f ms, is %.2fx a fresh clone's at the same moments (%.0f ms): more than 1.2x",
+				last, last/f, f)
+		}
+		if first, last := perMessage(ledgerBytes[:k]), perMessage(ledgerBytes[batches-k:]); last > 2*first {
+			b.Errorf("the ledger's new objects a message grew from %.0f bytes (first fifth) to %.0f (last fifth): %.2fx, more than 2x",
+				first, last, last/first)
 		}
 	}
+}
+
+// sync fetches what another clone pushed into p's clone, untimed, so that
+// p's next batch is made on the server's head and does not lose a race.
+func (r *batchRun) sync(b *testing.B, p *pipeline.Pipeline) {
+	b.Helper()
+	b.StopTimer()
+	defer b.StartTimer()
+	if _, err := p.Sync(context.Background()); err != nil {
+		b.Fatal(err)
+	}
+}
+
+// ownAndPush splits the steps of the batch last applied: the worker's own
+// time (render, commit, validate, intent: every step but the push, the
+// fetch and the lock) and the push's. The fetch is the server's as much as
+// the push is, and in the last fifth of BenchmarkBatchHistory it brings
+// the other clone's batch.
+func (r *batchRun) ownAndPush() (own, push time.Duration) {
+	for s, d := range r.steps {
+		switch s {
+		case string(pipeline.StepPush):
+			push = d
+		case string(pipeline.StepLock), string(pipeline.StepSync):
+		default:
+			own += d
+		}
+	}
+	return own, push
+}
+
+// heads are the server's two branches.
+type heads struct{ main, ledger string }
+
+func (r *batchRun) heads(b testing.TB) heads {
+	b.Helper()
+	var h heads
+	for ref, into := range map[string]*string{"main": &h.main, "tenant-worker/ledger": &h.ledger} {
+		out, err := r.srv.Output("gitops.git", "rev-parse", "--verify", "refs/heads/"+ref)
+		if err != nil {
+			b.Fatal(err)
+		}
+		*into = strings.TrimSpace(out)
+	}
+	return h
+}
+
+// newObjectBytes is the size of every object tip reaches and old does not:
+// what a push that moved a branch from old to tip gave the server.
+func (r *batchRun) newObjectBytes(b testing.TB, tip, old string) int64 {
+	b.Helper()
+	out, err := r.srv.Output("gitops.git", "rev-list", "--objects", tip, "^"+old)
+	if err != nil {
+		b.Fatal(err)
+	}
+	var ids strings.Builder
+	for l := range strings.Lines(out) {
+		id, _, _ := strings.Cut(strings.TrimSpace(l), " ")
+		ids.WriteString(id + "\n")
+	}
+	cmd := exec.Command("git", "--git-dir", r.srv.RepoPath("gitops.git"), "cat-file", "--batch-check=%(objectsize)")
+	cmd.Stdin = strings.NewReader(ids.String())
+	sizes, err := cmd.Output()
+	if err != nil {
+		b.Fatalf("git cat-file: %v", err)
+	}
+	var total int64
+	for l := range strings.Lines(string(sizes)) {
+		n, err := strconv.ParseInt(strings.TrimSpace(l), 10, 64)
+		if err != nil {
+			b.Fatalf("git cat-file: %q: %v", l, err)
+		}
+		total += n
+	}
+	return total
+}
+
+// median is the middle of xs (the upper one of an even count).
+func median(xs []int64) int64 {
+	s := slices.Clone(xs)
+	slices.Sort(s)
+	return s[len(s)/2]
 }

@@ -78,20 +78,12 @@ func boundedPushes(h ledgerHost, name, seed string, messages, batch, window int,
 	}
 	fmt.Fprintf(progress, "bench (ledger, %s): the git CLI pushes %d new tenants, %d pushes of the same size (records: %s)\n", h.name, messages, pushes, records)
 	took, packed := make([]time.Duration, pushes), make([]packStat, pushes)
-	// The server's CPU before each push and after the last, where the
-	// server is a process of its own (Gitea): the git processes that
-	// write each pack here are the bench's.
-	var cpu []time.Duration
-	sampleCPU := func() {
-		if h.name == "gitea" && h.cpu != nil {
-			cpu = append(cpu, h.cpu())
-		}
-	}
+	cpu := serverCPUSampler(h)
 	for k := 1; k <= pushes; k++ {
 		if packed[k-1], err = packTime(work, []string{tips[k], ledgerTips[k], "^" + tips[k-1], "^" + ledgerTips[k-1]}); err != nil {
 			return nil, err
 		}
-		sampleCPU()
+		cpu.sample()
 		start := time.Now()
 		if err := pushFrom(work, to, h.token, "--atomic", "--no-thin", tips[k]+":refs/heads/main", ledgerTips[k]+":refs/heads/"+ledgerBranch); err != nil {
 			return nil, fmt.Errorf("push %d of %d: %w", k, pushes, err)
@@ -101,11 +93,27 @@ func boundedPushes(h ledgerHost, name, seed string, messages, batch, window int,
 			fmt.Fprintf(progress, "bench (ledger, %s): bounded push %d of %d: %d ms\n", h.name, k, pushes, took[k-1].Milliseconds())
 		}
 	}
-	sampleCPU()
+	cpu.sample()
 	r := peerRates(took, packed, messages, batch, window)
 	r.Bounded, r.Records = true, records.String()
-	r.ServerCPU = serverCPUPerMessage(cpu, batch, window)
+	r.ServerCPU = serverCPUPerMessage(cpu.times, batch, window)
 	return r, nil
+}
+
+// cpuSampler takes the server's CPU time before each push of a peer and
+// after the last, where the server is a process of its own (Gitea): the
+// git processes that write each pack here are the bench's.
+type cpuSampler struct {
+	h     ledgerHost
+	times []time.Duration
+}
+
+func serverCPUSampler(h ledgerHost) *cpuSampler { return &cpuSampler{h: h} }
+
+func (c *cpuSampler) sample() {
+	if c.h.name == "gitea" && c.h.cpu != nil {
+		c.times = append(c.times, c.h.cpu())
+	}
 }
 
 // serverCPUPerMessage is the server's CPU milliseconds a message over the

@@ -663,10 +663,10 @@ func ledgerBacklog(ctx context.Context, o LedgerOptions, api *sqs.Client, h ledg
 	}
 	if !o.NoPeer && !o.BacklogDeployments && b.FirstPerSecond > 0 {
 		w.stop() // nothing of the worker runs beside the replay
-		for _, squash := range []bool{false, true} {
-			p, err := replayPushes(h, name, strings.TrimSpace(seed), maxBatch(), b.Window, squash, progress)
+		for _, how := range []replay{replayAsIs, replaySquashed, replayLedgerAsFile} {
+			p, err := replayPushes(h, name, strings.TrimSpace(seed), maxBatch(), b.Window, how, progress)
 			if err != nil {
-				return b, fmt.Errorf("the git CLI's replay (squashed: %v): %w", squash, err)
+				return b, fmt.Errorf("the git CLI's replay (%s): %w", how, err)
 			}
 			b.Peers = append(b.Peers, p)
 		}
@@ -783,6 +783,8 @@ func LedgerTable(r *LedgerResult) string {
 			switch {
 			case p.Squashed:
 				what = "the same trees, one commit per push and branch"
+			case p.LedgerAsFile:
+				what = "the worker's commits of the branch again, its ledger replaced by a file a push"
 			case p.Bounded:
 				what = "the git CLI adding as many tenants, the same every push, the ledger's records in " + p.Records
 			}
@@ -791,6 +793,9 @@ func LedgerTable(r *LedgerResult) string {
 		}
 		for _, p := range l.Peers {
 			what := fmt.Sprintf("the git CLI's replay (squashed: %v)", p.Squashed)
+			if p.LedgerAsFile {
+				what = "the git CLI's replay, the ledger a file a push"
+			}
 			if p.Bounded {
 				what = "the git CLI's pushes of the same tenants and records, records in " + p.Records
 			}
@@ -812,6 +817,29 @@ func LedgerTable(r *LedgerResult) string {
 				fmt.Fprintf(&b, "\nthe worker's last/first against the git CLI's pushing the same content every time, in the same run: %.2f against %.2f: at least the same: %s\n",
 					l.LastOverFirst, p.LastOverFirst, yes(l.LastOverFirst >= p.LastOverFirst))
 			}
+		}
+	}
+	if l := r.Backlog; l != nil {
+		// The ledger's part of the server's slowing down: the same branch
+		// pushed with the worker's ledger and with a file a push.
+		var asIs, asFile *PeerReplay
+		for _, p := range l.Peers {
+			switch {
+			case p.Bounded || p.Squashed:
+			case p.LedgerAsFile:
+				asFile = p
+			default:
+				asIs = p
+			}
+		}
+		if asIs != nil && asFile != nil {
+			fmt.Fprintf(&b, "\nthe worker's commits replayed with its ledger against with a file a push instead, in the same run: last/first %.2f against %.2f; a push's pack %.0f / %.0f KB against %.0f / %.0f KB (first window / last)",
+				asIs.LastOverFirst, asFile.LastOverFirst, asIs.PackFirstKB, asIs.PackLastKB, asFile.PackFirstKB, asFile.PackLastKB)
+			if asIs.ServerCPU[0] > 0 && asFile.ServerCPU[0] > 0 {
+				fmt.Fprintf(&b, "; the server's CPU a message %.2f / %.2f ms against %.2f / %.2f ms (second window / last)",
+					asIs.ServerCPU[0], asIs.ServerCPU[1], asFile.ServerCPU[0], asFile.ServerCPU[1])
+			}
+			b.WriteString("\n")
 		}
 	}
 	if l := r.Backlog; l != nil && l.FirstPerSecond > 0 {

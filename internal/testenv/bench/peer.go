@@ -1,11 +1,19 @@
 package bench
 
 import (
+	"bufio"
+	"errors"
 	"fmt"
 	"io"
+	"maps"
+	"os"
 	"os/exec"
+	"path/filepath"
+	"slices"
 	"strings"
 	"time"
+
+	"github.com/tenant-worker/tenant-worker/internal/ledger"
 
 	"github.com/tenant-worker/tenant-worker/internal/gitops"
 	"github.com/tenant-worker/tenant-worker/internal/testenv/gitserver"
@@ -29,8 +37,17 @@ import (
 // Squashed replays the same trees with one commit per push on each branch
 // instead of one per message: what the server's work per push would be
 // for a client that made a batch one commit.
+//
+// LedgerAsFile replays the branch's commits as they are and puts, in
+// place of the worker's ledger, one commit a push that adds one file of
+// the push's records and one of its message ids (as many lines as the
+// worker's ledger records, of the same form): what the server's work
+// would be with a ledger whose cost a push does not grow, beside the same
+// branch. Against the plain replay, in the same run, it is the part of
+// the server's slowing down that the ledger's layout causes.
 type PeerReplay struct {
-	Squashed bool `json:"squashed"`
+	Squashed     bool `json:"squashed"`
+	LedgerAsFile bool `json:"ledger_as_file,omitempty"`
 	// Bounded: not the worker's history but boundedPushes', made to carry
 	// the same at every push.
 	Bounded bool `json:"bounded_synthetic,omitempty"`
@@ -56,12 +73,22 @@ type PeerReplay struct {
 	ServerCPU [2]float64 `json:"server_cpu_ms_per_message_second_last"`
 }
 
+// replay is how replayPushes changes the worker's history.
+type replay int
+
+const (
+	replayAsIs         replay = iota // the worker's commits
+	replaySquashed                   // one commit per push and branch, of the same trees
+	replayLedgerAsFile               // the branch's commits, the ledger a file a push
+)
+
 // replayPushes pushes the history of repository name from seed to its
 // branch's head again, to a new repository on h, in pushes of batch
-// commits of the branch (squashed: each push one commit per branch, of the
-// same trees), and times each push. window is the messages of the first
-// and last windows (a branch commit is a message).
-func replayPushes(h ledgerHost, name, seed string, batch, window int, squash bool, progress io.Writer) (*PeerReplay, error) {
+// commits of the branch (see replay for what it changes), and times each
+// push. window is the messages of the first and last windows (a branch
+// commit is a message).
+func replayPushes(h ledgerHost, name, seed string, batch, window int, how replay, progress io.Writer) (*PeerReplay, error) {
+	squash := how == replaySquashed
 	src := h.path(name)
 	mains, err := revList(src, seed+"..main")
 	if err != nil {
@@ -81,6 +108,13 @@ func replayPushes(h ledgerHost, name, seed string, batch, window int, squash boo
 		ledgerTips[k] = ledgers[max(1, (k+1)*len(ledgers)/pushes)-1]
 	}
 	peer := h.repo("ledger-peer")
+	if how == replayLedgerAsFile {
+		peer = h.repo("ledger-peer-ledger-as-file")
+		if ledgerTips, err = fileLedger(src, len(mains), batch); err != nil {
+			return nil, err
+		}
+		ledgerTips = ledgerTips[1:] // the marker goes with the first push
+	}
 	if squash {
 		peer = h.repo("ledger-peer-squashed")
 		if tips, err = squashed(src, seed, tips, "batch"); err != nil {
@@ -98,9 +132,10 @@ func replayPushes(h ledgerHost, name, seed string, batch, window int, squash boo
 	if err := pushFrom(src, to, h.token, "--force", seed+":refs/heads/main"); err != nil {
 		return nil, err
 	}
-	fmt.Fprintf(progress, "bench (ledger, %s): the git CLI pushes the worker's %d commits again, %d pushes (squashed: %v)\n", h.name, len(mains), pushes, squash)
+	fmt.Fprintf(progress, "bench (ledger, %s): the git CLI pushes the worker's %d commits again, %d pushes (%s)\n", h.name, len(mains), pushes, how)
 	took := make([]time.Duration, pushes)
 	packed := make([]packStat, pushes)
+	cpu := serverCPUSampler(h)
 	prev, prevLedger := seed, ""
 	for k := range pushes {
 		tip, ledgerTip := tips[k], ledgerTips[k]
@@ -112,15 +147,90 @@ func replayPushes(h ledgerHost, name, seed string, batch, window int, squash boo
 			return nil, err
 		}
 		prev, prevLedger = tip, ledgerTip
+		cpu.sample()
 		start := time.Now()
 		if err := pushFrom(src, to, h.token, "--atomic", "--no-thin", tip+":refs/heads/main", ledgerTip+":refs/heads/"+ledgerBranch); err != nil {
 			return nil, fmt.Errorf("push %d of %d: %w", k+1, pushes, err)
 		}
 		took[k] = time.Since(start)
 	}
+	cpu.sample()
 	r := peerRates(took, packed, len(mains), batch, window)
-	r.Squashed = squash
+	r.Squashed, r.LedgerAsFile = squash, how == replayLedgerAsFile
+	r.ServerCPU = serverCPUPerMessage(cpu.times, batch, window)
 	return r, nil
+}
+
+func (how replay) String() string {
+	return [...]string{"as the worker pushed them", "squashed", "the ledger a file a push"}[how]
+}
+
+// fileLedger writes, with git fast-import in the bare repository gitDir, a
+// ledger branch of one commit a push of batch messages (messages in all):
+// the first holds a marker, and each next one adds records/push-<k>, two
+// lines a message of the form the worker's ledger writes (a tenant's tier,
+// its release in that tier), and messages/push-<k>, a line a message (its
+// id and send time). It returns the commits, the marker's first.
+func fileLedger(gitDir string, messages, batch int) ([]string, error) {
+	marks := filepath.Join(gitDir, "file-ledger-marks")
+	defer os.Remove(marks)
+	cmd := exec.Command("git", "--git-dir", gitDir, "fast-import", "--quiet", "--export-marks="+marks)
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	in, err := cmd.StdinPipe()
+	if err != nil {
+		return nil, err
+	}
+	if err := cmd.Start(); err != nil {
+		return nil, err
+	}
+	w := bufio.NewWriter(in)
+	const ref = "refs/heads/file-ledger"
+	when := int64(1_700_000_000)
+	commit := func(mark int, files map[string]string) {
+		fmt.Fprintf(w, "commit %s\nmark :%d\ncommitter bench <bench@example.com> %d +0000\ndata 7\nledger\n", ref, mark, when)
+		for _, p := range slices.Sorted(maps.Keys(files)) {
+			fmt.Fprintf(w, "M 100644 inline %s\ndata %d\n%s\n", p, len(files[p]), files[p])
+		}
+		when++
+	}
+	commit(1, map[string]string{"README": "ledger of the replay, a file a push\n"})
+	pushes := (messages + batch - 1) / batch
+	tiers := []string{"basic", "advanced", "premium"}
+	for k := 1; k <= pushes; k++ {
+		var records, ids strings.Builder
+		for i := range min(batch, messages-(k-1)*batch) {
+			id, tier := fmt.Sprintf("replay-%d-%d", k, i), tiers[i%len(tiers)]
+			fmt.Fprintf(&records, "%s %d000 %s\n%s %d000 0.0\n", ledger.Tenant(id), when, tier, ledger.ReleaseIn(tier, id), when)
+			fmt.Fprintf(&ids, "%08x-0000-4000-8000-%012x %d000\n", k, i, when)
+		}
+		commit(k+1, map[string]string{fmt.Sprintf("records/push-%04d", k): records.String(), fmt.Sprintf("messages/push-%04d", k): ids.String()})
+	}
+	err = w.Flush()
+	in.Close()
+	if werr := cmd.Wait(); werr != nil || err != nil {
+		return nil, fmt.Errorf("git fast-import: %w: %s", errors.Join(err, werr), stderr.String())
+	}
+	if _, err := gitserver.OutputIn(gitDir, "update-ref", "-d", ref); err != nil {
+		return nil, err // the commits stay, by their ids
+	}
+	out, err := os.ReadFile(marks)
+	if err != nil {
+		return nil, err
+	}
+	byMark := map[string]string{}
+	for l := range strings.Lines(string(out)) {
+		if m, sha, ok := strings.Cut(strings.TrimSpace(l), " "); ok {
+			byMark[m] = sha
+		}
+	}
+	tips := make([]string, pushes+1)
+	for k := range tips {
+		if tips[k] = byMark[fmt.Sprintf(":%d", k+1)]; tips[k] == "" {
+			return nil, fmt.Errorf("git fast-import: no commit for push %d", k)
+		}
+	}
+	return tips, nil
 }
 
 // squashed makes, in the bare repository at gitDir, one commit of each of

@@ -47,27 +47,55 @@ func TestReplayPushesTheSameHistory(t *testing.T) {
 	}
 	h := ledgerHost{name: "http-backend", srv: srv, repo: func(k string) string { return k + ".git" },
 		url: srv.RepoURL, path: srv.RepoPath, pushURL: srv.RepoURL}
-	for _, squash := range []bool{false, true} {
-		r, err := replayPushes(h, "src.git", seed, 2, 2, squash, io.Discard)
+	for _, how := range []replay{replayAsIs, replaySquashed, replayLedgerAsFile} {
+		r, err := replayPushes(h, "src.git", seed, 2, 2, how, io.Discard)
 		if err != nil {
 			t.Fatal(err)
 		}
 		if r.Pushes != 3 || r.PerSecond <= 0 || r.LastOverFirst <= 0 {
-			t.Errorf("replay (squashed: %v): %+v, want 3 pushes and rates", squash, r)
+			t.Errorf("replay (%s): %+v, want 3 pushes and rates", how, r)
 		}
 		peer, rev := "ledger-peer.git", ""
-		if squash {
+		switch how {
+		case replaySquashed:
 			peer, rev = "ledger-peer-squashed.git", "^{tree}"
+		case replayLedgerAsFile:
+			peer = "ledger-peer-ledger-as-file.git"
 		}
-		for _, ref := range []string{"main", ledgerBranch} {
-			if got, want := head(peer, ref+rev), head("src.git", ref+rev); got != want {
-				t.Errorf("%s replayed (squashed: %v) to %s, want %s", ref, squash, got, want)
+		if got, want := head(peer, "main"+rev), head("src.git", "main"+rev); got != want {
+			t.Errorf("main replayed (%s) to %s, want %s", how, got, want)
+		}
+		if how != replayLedgerAsFile {
+			if got, want := head(peer, ledgerBranch+rev), head("src.git", ledgerBranch+rev); got != want {
+				t.Errorf("the ledger replayed (%s) to %s, want %s", how, got, want)
 			}
 		}
-		if squash {
+		if how == replaySquashed {
 			// One commit per push on the branch: 3 after the seed.
 			if n, err := srv.Output(peer, "rev-list", "--count", seed+"..main"); err != nil || strings.TrimSpace(n) != "3" {
 				t.Errorf("squashed branch has %q commits after the seed (%v), want 3", n, err)
+			}
+		}
+		if how == replayLedgerAsFile {
+			// A commit a push after the marker, each adding the push's
+			// records (two a message of the branch) and message ids (one
+			// a message): 5 branch commits in pushes of 2.
+			if n, err := srv.Output(peer, "rev-list", "--count", ledgerBranch); err != nil || strings.TrimSpace(n) != "4" {
+				t.Errorf("the file ledger has %q commits (%v), want 4", n, err)
+			}
+			for k, want := range []int{2, 2, 1} {
+				for dir, per := range map[string]int{"records": 2, "messages": 1} {
+					out, err := srv.Output(peer, "cat-file", "blob", fmt.Sprintf("%s:%s/push-%04d", ledgerBranch, dir, k+1))
+					if err != nil {
+						t.Fatal(err)
+					}
+					if n := strings.Count(out, "\n"); n != per*want {
+						t.Errorf("%s/push-%04d holds %d lines, want %d", dir, k+1, n, per*want)
+					}
+				}
+			}
+			if refs, err := srv.Output("src.git", "for-each-ref", "--format=%(refname)"); err != nil || strings.Contains(refs, "file-ledger") {
+				t.Errorf("the source keeps a ref of the file ledger: %q (%v)", refs, err)
 			}
 		}
 	}
