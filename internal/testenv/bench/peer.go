@@ -9,11 +9,13 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"time"
 
 	"github.com/tenant-worker/tenant-worker/internal/ledger"
+	"github.com/tenant-worker/tenant-worker/internal/pipeline"
 
 	"github.com/tenant-worker/tenant-worker/internal/gitops"
 	"github.com/tenant-worker/tenant-worker/internal/testenv/gitserver"
@@ -102,10 +104,13 @@ func replayPushes(h ledgerHost, name, seed string, batch, window int, how replay
 		return nil, fmt.Errorf("nothing to replay: %d branch and %d ledger commits, a window of %d for pushes of %d", len(mains), len(ledgers), window, batch)
 	}
 	pushes := (len(mains) + batch - 1) / batch
-	tips, ledgerTips := make([]string, pushes), make([]string, pushes)
+	tips := make([]string, pushes)
 	for k := range pushes {
 		tips[k] = mains[min((k+1)*batch, len(mains))-1]
-		ledgerTips[k] = ledgers[max(1, (k+1)*len(ledgers)/pushes)-1]
+	}
+	ledgerTips, err := ledgerTipsFor(src, seed, mains, ledgers, batch)
+	if err != nil {
+		return nil, err
 	}
 	peer := h.repo("ledger-peer")
 	if how == replayLedgerAsFile {
@@ -161,6 +166,72 @@ func replayPushes(h ledgerHost, name, seed string, batch, window int, how replay
 	return r, nil
 }
 
+// ledgerTipsFor is, for each push of batch commits of the branch (mains,
+// oldest first, after seed), the ledger commit (of ledgers, oldest first)
+// to push with it: the newest whose messages all have their branch commit
+// in that push or an earlier one, so that each push carries the records of
+// its own messages, whatever the worker's batches were (a batch cut short
+// makes the worker's pushes more than the replay's, and its records fall
+// across two of the replay's). A ledger commit names its messages in its
+// message ("[message <id>]", see pipeline's squash), a branch commit in
+// its trailer; a ledger commit that names none of the branch's goes with
+// the one before it. The last push takes the last ledger commit.
+func ledgerTipsFor(gitDir, seed string, mains, ledgers []string, batch int) ([]string, error) {
+	at := make(map[string]int, len(mains)) // a branch commit's place
+	for i, c := range mains {
+		at[c] = i
+	}
+	out, err := gitserver.OutputIn(gitDir, "log", "--first-parent", "--format=%H %(trailers:key="+pipeline.TrailerMessageID+",valueonly,separator=%x20)", seed+"..main")
+	if err != nil {
+		return nil, err
+	}
+	place := map[string]int{} // a message's branch commit's place
+	for l := range strings.Lines(out) {
+		f := strings.Fields(l)
+		if len(f) < 2 {
+			continue
+		}
+		if i, ok := at[f[0]]; ok {
+			for _, id := range f[1:] {
+				place[id] = i
+			}
+		}
+	}
+	out, err = gitserver.OutputIn(gitDir, "log", "--first-parent", "--format=%H%n%B%x00", "refs/heads/"+ledgerBranch)
+	if err != nil {
+		return nil, err
+	}
+	last := map[string]int{} // a ledger commit: the last place of its messages
+	for entry := range strings.SplitSeq(out, "\x00") {
+		hash, body, _ := strings.Cut(strings.TrimSpace(entry), "\n")
+		if hash == "" {
+			continue
+		}
+		last[hash] = -1
+		for _, m := range messageRef.FindAllStringSubmatch(body, -1) {
+			if i, ok := place[m[1]]; ok {
+				last[hash] = max(last[hash], i)
+			}
+		}
+	}
+	pushes := (len(mains) + batch - 1) / batch
+	tips := make([]string, pushes)
+	j, upTo := 0, -1 // the next ledger commit; the last place of those before it
+	for k := range pushes {
+		end := min((k+1)*batch, len(mains)) - 1
+		for j < len(ledgers) && max(upTo, last[ledgers[j]]) <= end {
+			upTo = max(upTo, last[ledgers[j]])
+			j++
+		}
+		tips[k] = ledgers[max(j, 1)-1]
+	}
+	tips[pushes-1] = ledgers[len(ledgers)-1]
+	return tips, nil
+}
+
+// messageRef is a message named in a ledger commit's message.
+var messageRef = regexp.MustCompile(`\[message ([^\]\s]+)\]`)
+
 func (how replay) String() string {
 	return [...]string{"as the worker pushed them", "squashed", "the ledger a file a push"}[how]
 }
@@ -168,9 +239,9 @@ func (how replay) String() string {
 // fileLedger writes, with git fast-import in the bare repository gitDir, a
 // ledger branch of one commit a push of batch messages (messages in all):
 // the first holds a marker, and each next one adds records/push-<k>, two
-// lines a message of the form the worker's ledger writes (a tenant's tier,
-// its release in that tier), and messages/push-<k>, a line a message (its
-// id and send time). It returns the commits, the marker's first.
+// lines a message of the form the worker's ledger writes for an
+// onboarding (that the tenant exists; its release in its tier), and
+// messages/push-<k>, a line a message (its id and send time). It returns the commits, the marker's first.
 func fileLedger(gitDir string, messages, batch int) ([]string, error) {
 	marks := filepath.Join(gitDir, "file-ledger-marks")
 	defer os.Remove(marks)
@@ -201,7 +272,7 @@ func fileLedger(gitDir string, messages, batch int) ([]string, error) {
 		var records, ids strings.Builder
 		for i := range min(batch, messages-(k-1)*batch) {
 			id, tier := fmt.Sprintf("replay-%d-%d", k, i), tiers[i%len(tiers)]
-			fmt.Fprintf(&records, "%s %d000 %s\n%s %d000 0.0\n", ledger.Tenant(id), when, tier, ledger.ReleaseIn(tier, id), when)
+			fmt.Fprintf(&records, "%s %d000\n%s %d000 0.0\n", ledger.Tenant(id), when, ledger.ReleaseIn(tier, id), when)
 			fmt.Fprintf(&ids, "%08x-0000-4000-8000-%012x %d000\n", k, i, when)
 		}
 		commit(k+1, map[string]string{fmt.Sprintf("records/push-%04d", k): records.String(), fmt.Sprintf("messages/push-%04d", k): ids.String()})

@@ -4,17 +4,19 @@ import (
 	"fmt"
 	"io"
 	"path"
+	"slices"
 	"strings"
 	"testing"
 
 	"github.com/tenant-worker/tenant-worker/internal/gitops"
+	"github.com/tenant-worker/tenant-worker/internal/pipeline"
 	"github.com/tenant-worker/tenant-worker/internal/testenv/gitserver"
 )
 
-// TestReplayPushesTheSameHistory: the replay ends with the fresh
-// repository's branch and ledger branch where the source's are, in one push
-// per batch of branch commits.
-func TestReplayPushesTheSameHistory(t *testing.T) {
+// replaySource is a git server holding src.git, seeded with 3 tenants, and
+// a reader of a ref of one of its repositories.
+func replaySource(t *testing.T) (*gitserver.Server, func(repo, ref string) string) {
+	t.Helper()
 	srv, err := gitserver.Start(t.TempDir(), "127.0.0.1:0", "")
 	if err != nil {
 		t.Fatal(err)
@@ -23,7 +25,7 @@ func TestReplayPushesTheSameHistory(t *testing.T) {
 	if err := seedRepoLaid(srv, "src.git", 3, gitops.Layout{}); err != nil {
 		t.Fatal(err)
 	}
-	head := func(repo, ref string) string {
+	return srv, func(repo, ref string) string {
 		t.Helper()
 		out, err := srv.Output(repo, "rev-parse", ref)
 		if err != nil {
@@ -31,6 +33,13 @@ func TestReplayPushesTheSameHistory(t *testing.T) {
 		}
 		return strings.TrimSpace(out)
 	}
+}
+
+// TestReplayPushesTheSameHistory: the replay ends with the fresh
+// repository's branch and ledger branch where the source's are, in one push
+// per batch of branch commits.
+func TestReplayPushesTheSameHistory(t *testing.T) {
+	srv, head := replaySource(t)
 	seed := head("src.git", "main")
 	if _, err := srv.Output("src.git", "branch", ledgerBranch, "main"); err != nil {
 		t.Fatal(err)
@@ -251,4 +260,60 @@ func boundedSource(t *testing.T) (*gitserver.Server, ledgerHost, string) {
 	h := ledgerHost{name: "http-backend", srv: srv, repo: func(k string) string { return k + ".git" },
 		url: srv.RepoURL, path: srv.RepoPath, pushURL: srv.RepoURL}
 	return srv, h, strings.TrimSpace(out)
+}
+
+// TestReplayCarriesEachMessagesRecordsWithIt: when the worker's batches
+// were not the replay's (a batch cut short, so more worker pushes than
+// replay pushes), each replay push carries the worker's ledger commits
+// whose messages all have their branch commit in that push or before,
+// and the last push the last.
+func TestReplayCarriesEachMessagesRecordsWithIt(t *testing.T) {
+	srv, head := replaySource(t)
+	rev := func(ref string) string { return head("src.git", ref) }
+	seed := rev("main")
+	for i := range 6 { // the replay: 3 pushes of 2
+		msg := fmt.Sprintf("Onboard m%d\n\n%s: m%d\n", i, pipeline.TrailerMessageID, i)
+		if err := srv.WriteFile("src.git", "main", fmt.Sprintf("m%d", i), "x", msg); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// The ledger branch's root, which names no message, as the seed's
+	// would; then the worker's 4 pushes: m0, then m1 and m2, m3 and m4, m5.
+	root, err := srv.Output("src.git", "commit-tree", "4b825dc642cb6eb9a060e54bf8d69288fbee4904", "-m", "ledger")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := srv.Output("src.git", "update-ref", "refs/heads/"+ledgerBranch, strings.TrimSpace(root)); err != nil {
+		t.Fatal(err)
+	}
+	var ledgers []string
+	for i, ids := range [][]string{{"m0"}, {"m1", "m2"}, {"m3", "m4"}, {"m5"}} {
+		var b strings.Builder
+		fmt.Fprintf(&b, "Ledger: %d messages\n\n", len(ids))
+		for _, id := range ids {
+			fmt.Fprintf(&b, "- Onboard %s [message %s]\n", id, id)
+		}
+		if err := srv.WriteFile("src.git", ledgerBranch, fmt.Sprintf("l%d", i), "x", b.String()); err != nil {
+			t.Fatal(err)
+		}
+		ledgers = append(ledgers, rev(ledgerBranch))
+	}
+	mains, err := revList(srv.RepoPath("src.git"), seed+"..main")
+	if err != nil {
+		t.Fatal(err)
+	}
+	all, err := revList(srv.RepoPath("src.git"), "refs/heads/"+ledgerBranch)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := ledgerTipsFor(srv.RepoPath("src.git"), seed, mains, all, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Push 1 (m0, m1): the first ledger commit only (the second holds
+	// m2's record); push 2 (m2, m3): the second; push 3: the rest.
+	want := []string{ledgers[0], ledgers[1], ledgers[3]}
+	if !slices.Equal(got, want) {
+		t.Errorf("ledger tips %v, want %v", got, want)
+	}
 }
