@@ -172,16 +172,20 @@ func replayPushes(h ledgerHost, name, seed string, batch, window int, how replay
 // in that push or an earlier one, so that each push carries the records of
 // its own messages, whatever the worker's batches were (a batch cut short
 // makes the worker's pushes more than the replay's, and its records fall
-// across two of the replay's). A ledger commit names its messages in its
-// message ("[message <id>]", see pipeline's squash), a branch commit in
-// its trailer; a ledger commit that names none of the branch's goes with
-// the one before it. The last push takes the last ledger commit.
+// across two of the replay's). A branch commit names its message in its
+// trailer; a ledger commit names its messages in its message, "[message
+// <id>]" a line (pipeline's squash), or in the trailer when its batch was
+// one message (not squashed). A ledger commit that names none of the
+// branch's goes with the one before it. The last push takes the last
+// ledger commit. Ids are taken to hold no blank and no "]" (SQS's are
+// UUIDs).
 func ledgerTipsFor(gitDir, seed string, mains, ledgers []string, batch int) ([]string, error) {
 	at := make(map[string]int, len(mains)) // a branch commit's place
 	for i, c := range mains {
 		at[c] = i
 	}
-	out, err := gitserver.OutputIn(gitDir, "log", "--first-parent", "--format=%H %(trailers:key="+pipeline.TrailerMessageID+",valueonly,separator=%x20)", seed+"..main")
+	trailer := "%(trailers:key=" + pipeline.TrailerMessageID + ",valueonly,separator=%x20)"
+	out, err := gitserver.OutputIn(gitDir, "log", "--first-parent", "--format=%H "+trailer, seed+"..main")
 	if err != nil {
 		return nil, err
 	}
@@ -197,20 +201,24 @@ func ledgerTipsFor(gitDir, seed string, mains, ledgers []string, batch int) ([]s
 			}
 		}
 	}
-	out, err = gitserver.OutputIn(gitDir, "log", "--first-parent", "--format=%H%n%B%x00", "refs/heads/"+ledgerBranch)
+	out, err = gitserver.OutputIn(gitDir, "log", "--first-parent", "--format=%H%x1f"+trailer+"%x1f%B%x00", "refs/heads/"+ledgerBranch)
 	if err != nil {
 		return nil, err
 	}
 	last := map[string]int{} // a ledger commit: the last place of its messages
 	for entry := range strings.SplitSeq(out, "\x00") {
-		hash, body, _ := strings.Cut(strings.TrimSpace(entry), "\n")
-		if hash == "" {
+		f := strings.SplitN(strings.TrimSpace(entry), "\x1f", 3)
+		if len(f) < 3 {
 			continue
 		}
-		last[hash] = -1
-		for _, m := range messageRef.FindAllStringSubmatch(body, -1) {
-			if i, ok := place[m[1]]; ok {
-				last[hash] = max(last[hash], i)
+		ids := strings.Fields(f[1])
+		for _, m := range messageRef.FindAllStringSubmatch(f[2], -1) {
+			ids = append(ids, m[1])
+		}
+		last[f[0]] = -1
+		for _, id := range ids {
+			if i, ok := place[id]; ok {
+				last[f[0]] = max(last[f[0]], i)
 			}
 		}
 	}

@@ -266,54 +266,74 @@ func boundedSource(t *testing.T) (*gitserver.Server, ledgerHost, string) {
 // were not the replay's (a batch cut short, so more worker pushes than
 // replay pushes), each replay push carries the worker's ledger commits
 // whose messages all have their branch commit in that push or before,
-// and the last push the last.
+// and the last push the last. A worker push of one message keeps the
+// job's own commit message (the squash needs two), whose trailer names it.
 func TestReplayCarriesEachMessagesRecordsWithIt(t *testing.T) {
-	srv, head := replaySource(t)
-	rev := func(ref string) string { return head("src.git", ref) }
-	seed := rev("main")
-	for i := range 6 { // the replay: 3 pushes of 2
-		msg := fmt.Sprintf("Onboard m%d\n\n%s: m%d\n", i, pipeline.TrailerMessageID, i)
-		if err := srv.WriteFile("src.git", "main", fmt.Sprintf("m%d", i), "x", msg); err != nil {
-			t.Fatal(err)
-		}
-	}
-	// The ledger branch's root, which names no message, as the seed's
-	// would; then the worker's 4 pushes: m0, then m1 and m2, m3 and m4, m5.
-	root, err := srv.Output("src.git", "commit-tree", "4b825dc642cb6eb9a060e54bf8d69288fbee4904", "-m", "ledger")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := srv.Output("src.git", "update-ref", "refs/heads/"+ledgerBranch, strings.TrimSpace(root)); err != nil {
-		t.Fatal(err)
-	}
-	var ledgers []string
-	for i, ids := range [][]string{{"m0"}, {"m1", "m2"}, {"m3", "m4"}, {"m5"}} {
-		var b strings.Builder
-		fmt.Fprintf(&b, "Ledger: %d messages\n\n", len(ids))
-		for _, id := range ids {
-			fmt.Fprintf(&b, "- Onboard %s [message %s]\n", id, id)
-		}
-		if err := srv.WriteFile("src.git", ledgerBranch, fmt.Sprintf("l%d", i), "x", b.String()); err != nil {
-			t.Fatal(err)
-		}
-		ledgers = append(ledgers, rev(ledgerBranch))
-	}
-	mains, err := revList(srv.RepoPath("src.git"), seed+"..main")
-	if err != nil {
-		t.Fatal(err)
-	}
-	all, err := revList(srv.RepoPath("src.git"), "refs/heads/"+ledgerBranch)
-	if err != nil {
-		t.Fatal(err)
-	}
-	got, err := ledgerTipsFor(srv.RepoPath("src.git"), seed, mains, all, 2)
-	if err != nil {
-		t.Fatal(err)
-	}
-	// Push 1 (m0, m1): the first ledger commit only (the second holds
-	// m2's record); push 2 (m2, m3): the second; push 3: the rest.
-	want := []string{ledgers[0], ledgers[1], ledgers[3]}
-	if !slices.Equal(got, want) {
-		t.Errorf("ledger tips %v, want %v", got, want)
+	for _, c := range []struct {
+		name   string
+		branch int        // branch commits m0, m1, ...: the replay pushes 2 at a time
+		pushes [][]string // the worker's pushes, the messages of each
+		want   []int      // the ledger commit (by worker push) of each replay push
+	}{
+		{"a batch cut short", 6, [][]string{{"m0"}, {"m1", "m2"}, {"m3", "m4"}, {"m5"}}, []int{0, 1, 3}},
+		{"one message between larger batches", 6, [][]string{{"m0", "m1"}, {"m2"}, {"m3", "m4", "m5"}}, []int{0, 1, 2}},
+		{"one message a push", 4, [][]string{{"m0"}, {"m1"}, {"m2"}, {"m3"}}, []int{1, 3}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			srv, head := replaySource(t)
+			rev := func(ref string) string { return head("src.git", ref) }
+			seed := rev("main")
+			for i := range c.branch {
+				msg := fmt.Sprintf("Onboard m%d\n\n%s: m%d\n", i, pipeline.TrailerMessageID, i)
+				if err := srv.WriteFile("src.git", "main", fmt.Sprintf("m%d", i), "x", msg); err != nil {
+					t.Fatal(err)
+				}
+			}
+			// The ledger branch's root, which names no message, as the
+			// seed's would; then the worker's pushes, each message as the
+			// pipeline writes it.
+			root, err := srv.Output("src.git", "commit-tree", "4b825dc642cb6eb9a060e54bf8d69288fbee4904", "-m", "ledger")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := srv.Output("src.git", "update-ref", "refs/heads/"+ledgerBranch, strings.TrimSpace(root)); err != nil {
+				t.Fatal(err)
+			}
+			var ledgers []string
+			for i, ids := range c.pushes {
+				var b strings.Builder
+				if len(ids) == 1 {
+					fmt.Fprintf(&b, "Onboard %s\n\n%s: %s\n", ids[0], pipeline.TrailerMessageID, ids[0])
+				} else {
+					fmt.Fprintf(&b, "Ledger: %d messages\n\n", len(ids))
+					for _, id := range ids {
+						fmt.Fprintf(&b, "- Onboard %s [message %s]\n", id, id)
+					}
+				}
+				if err := srv.WriteFile("src.git", ledgerBranch, fmt.Sprintf("l%d", i), "x", b.String()); err != nil {
+					t.Fatal(err)
+				}
+				ledgers = append(ledgers, rev(ledgerBranch))
+			}
+			mains, err := revList(srv.RepoPath("src.git"), seed+"..main")
+			if err != nil {
+				t.Fatal(err)
+			}
+			all, err := revList(srv.RepoPath("src.git"), "refs/heads/"+ledgerBranch)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got, err := ledgerTipsFor(srv.RepoPath("src.git"), seed, mains, all, 2)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var want []string
+			for _, w := range c.want {
+				want = append(want, ledgers[w])
+			}
+			if !slices.Equal(got, want) {
+				t.Errorf("ledger tips %v, want %v", got, want)
+			}
+		})
 	}
 }
