@@ -227,7 +227,7 @@ func BenchmarkBatchHistory(b *testing.B) {
 		// onFresh applies a batch on the fresh clone, after fetching the
 		// long-lived clone's.
 		onFresh := func() {
-			r.sync(b, freshClone)
+			syncUntimed(b, freshClone)
 			clear(r.steps)
 			r.applyOn(b, freshClone)
 			d, _ := r.ownAndPush()
@@ -246,7 +246,7 @@ func BenchmarkBatchHistory(b *testing.B) {
 				onFresh()
 			}
 			if freshClone != nil {
-				r.sync(b, r.p) // the fresh clone's batch, fetched before, not raced
+				syncUntimed(b, r.p) // the fresh clone's batch, fetched before, not raced
 			}
 			before := r.heads(b)
 			clear(r.steps)
@@ -283,9 +283,10 @@ func BenchmarkBatchHistory(b *testing.B) {
 	}
 }
 
-// sync fetches what another clone pushed into p's clone, untimed, so that
-// p's next batch is made on the server's head and does not lose a race.
-func (r *batchRun) sync(b *testing.B, p *pipeline.Pipeline) {
+// syncUntimed fetches what another clone pushed into p's clone, untimed,
+// so that p's next batch is made on the server's head and does not lose a
+// race.
+func syncUntimed(b *testing.B, p *pipeline.Pipeline) {
 	b.Helper()
 	b.StopTimer()
 	defer b.StartTimer()
@@ -317,15 +318,15 @@ type heads struct{ main, ledger string }
 
 func (r *batchRun) heads(b testing.TB) heads {
 	b.Helper()
-	var h heads
-	for ref, into := range map[string]*string{"main": &h.main, "tenant-worker/ledger": &h.ledger} {
-		out, err := r.srv.Output("gitops.git", "rev-parse", "--verify", "refs/heads/"+ref)
-		if err != nil {
-			b.Fatal(err)
-		}
-		*into = strings.TrimSpace(out)
+	out, err := r.srv.Output("gitops.git", "rev-parse", "refs/heads/main", "refs/heads/tenant-worker/ledger")
+	if err != nil {
+		b.Fatal(err)
 	}
-	return h
+	f := strings.Fields(out)
+	if len(f) != 2 {
+		b.Fatalf("git rev-parse of both branches: %q", out)
+	}
+	return heads{main: f[0], ledger: f[1]}
 }
 
 // newObjectBytes is the size of every object tip reaches and old does not:

@@ -78,7 +78,7 @@ func boundedPushes(h ledgerHost, name, seed string, messages, batch, window int,
 	}
 	fmt.Fprintf(progress, "bench (ledger, %s): the git CLI pushes %d new tenants, %d pushes of the same size (records: %s)\n", h.name, messages, pushes, records)
 	took, packed := make([]time.Duration, pushes), make([]packStat, pushes)
-	cpu := serverCPUSampler(h)
+	cpu := &cpuSampler{h: h}
 	for k := 1; k <= pushes; k++ {
 		if packed[k-1], err = packTime(work, []string{tips[k], ledgerTips[k], "^" + tips[k-1], "^" + ledgerTips[k-1]}); err != nil {
 			return nil, err
@@ -107,8 +107,6 @@ type cpuSampler struct {
 	h     ledgerHost
 	times []time.Duration
 }
-
-func serverCPUSampler(h ledgerHost) *cpuSampler { return &cpuSampler{h: h} }
 
 func (c *cpuSampler) sample() {
 	if c.h.name == "gitea" && c.h.cpu != nil {
@@ -217,18 +215,25 @@ func boundedHistory(work, seed, tmpl, seedID, tenants string, tiers []string, me
 			return nil, nil, err
 		}
 	}
-	cmd := exec.Command("git", "--git-dir", work, "fast-import", "--quiet", "--export-marks="+filepath.Join(work, "marks"))
-	var stderr strings.Builder
-	cmd.Stderr = &stderr
-	in, err := cmd.StdinPipe()
+	pushes := (messages + batch - 1) / batch
+	byMark, err := fastImport(work, func(w *bufio.Writer) error {
+		return writeBoundedHistory(w, seed, tmpl, seedID, tenants, tiers, tierLists, messages, batch, layout)
+	})
 	if err != nil {
 		return nil, nil, err
 	}
-	if err := cmd.Start(); err != nil {
-		return nil, nil, err
+	tips, ledgerTips = []string{seed}, []string{byMark[":1"]}
+	for k := 1; k <= pushes; k++ {
+		tips = append(tips, byMark[fmt.Sprintf(":%d", 2*k)])
+		ledgerTips = append(ledgerTips, byMark[fmt.Sprintf(":%d", 2*k+1)])
 	}
-	abort := func() error { in.Close(); return cmd.Wait() }
-	w := bufio.NewWriterSize(in, 1<<20)
+	return tips, ledgerTips, nil
+}
+
+// writeBoundedHistory writes boundedHistory's commits to w, a fast-import
+// stream: the ledger's first (mark 1), then the branch's and the ledger's
+// of push k (marks 2k and 2k+1).
+func writeBoundedHistory(w *bufio.Writer, seed, tmpl, seedID, tenants string, tiers []string, tierLists map[string]string, messages, batch int, layout recordLayout) error {
 	data := func(s string) { fmt.Fprintf(w, "data %d\n%s\n", len(s), s) }
 	file := func(p, s string) { fmt.Fprintf(w, "M 100644 inline %s\n", p); data(s) }
 	when := 1_700_000_000
@@ -265,8 +270,7 @@ func boundedHistory(work, seed, tmpl, seedID, tenants string, tiers []string, me
 			ids = append(ids, id)
 			// The two records an onboarding leaves, as the worker keys
 			// them: the tenant's tier and its release in that tier.
-			records = append(records, fmt.Sprintf("%s %d000 %s", ledger.Tenant(id), when, tier),
-				fmt.Sprintf("%s %d000 0.0", ledger.ReleaseIn(tier, id), when))
+			records = append(records, onboardingRecords(id, tier, int64(when))...)
 			listed[tier] = append(listed[tier], id+".yaml")
 			file(path.Join(tenants, tier, folder, id+".yaml"), strings.ReplaceAll(tmpl, seedID, id))
 		}
@@ -274,7 +278,7 @@ func boundedHistory(work, seed, tmpl, seedID, tenants string, tiers []string, me
 			file(path.Join(tenants, tier, folder, "kustomization.yaml"), string(gitops.ShardKustomization(files)))
 			list, _, err := kustomization.Add([]byte(tierLists[tier]), folder)
 			if err != nil {
-				return nil, nil, fmt.Errorf("%s's kustomization: %w", tier, errors.Join(err, abort()))
+				return fmt.Errorf("%s's kustomization: %w", tier, err)
 			}
 			tierLists[tier] = string(list)
 			file(path.Join(tenants, tier, "kustomization.yaml"), tierLists[tier])
@@ -323,27 +327,57 @@ func boundedHistory(work, seed, tmpl, seedID, tenants string, tiers []string, me
 		}
 		file(path.Join("messages", folder), strings.Join(ids, "\n")+"\n")
 	}
-	err = w.Flush()
+	return nil
+}
+
+// onboardingRecords are the two ledger records an onboarding of tenant id
+// to tier, sent at sent (Unix seconds), leaves, as the worker keys and
+// writes them: that the tenant exists (no value), and its release in that
+// tier.
+func onboardingRecords(id, tier string, sent int64) []string {
+	return []string{fmt.Sprintf("%s %d000", ledger.Tenant(id), sent), fmt.Sprintf("%s %d000 0.0", ledger.ReleaseIn(tier, id), sent)}
+}
+
+// fastImport runs git fast-import in the bare repository gitDir on the
+// stream write writes (commits with marks), and returns the commit each
+// mark names (":1" to its id). An error of write ends the import.
+func fastImport(gitDir string, write func(w *bufio.Writer) error) (map[string]string, error) {
+	marks, err := os.CreateTemp("", "fast-import-marks-")
+	if err != nil {
+		return nil, err
+	}
+	marks.Close()
+	defer os.Remove(marks.Name())
+	cmd := exec.Command("git", "--git-dir", gitDir, "fast-import", "--quiet", "--export-marks="+marks.Name())
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	in, err := cmd.StdinPipe()
+	if err != nil {
+		return nil, err
+	}
+	if err := cmd.Start(); err != nil {
+		return nil, err
+	}
+	w := bufio.NewWriterSize(in, 1<<20)
+	err = write(w)
+	if err == nil {
+		err = w.Flush()
+	}
 	in.Close()
 	if werr := cmd.Wait(); werr != nil || err != nil {
-		return nil, nil, fmt.Errorf("git fast-import: %w: %s", errors.Join(err, werr), stderr.String())
+		return nil, fmt.Errorf("git fast-import: %w: %s", errors.Join(err, werr), stderr.String())
 	}
-	marks, err := os.ReadFile(filepath.Join(work, "marks"))
+	out, err := os.ReadFile(marks.Name())
 	if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
 	byMark := map[string]string{}
-	for _, l := range strings.Split(strings.TrimSpace(string(marks)), "\n") {
-		if m, sha, ok := strings.Cut(l, " "); ok {
-			byMark[m] = sha
+	for l := range strings.Lines(string(out)) {
+		if m, id, ok := strings.Cut(strings.TrimSpace(l), " "); ok {
+			byMark[m] = id
 		}
 	}
-	tips, ledgerTips = []string{seed}, []string{byMark[":1"]}
-	for k := 1; k <= pushes; k++ {
-		tips = append(tips, byMark[fmt.Sprintf(":%d", 2*k)])
-		ledgerTips = append(ledgerTips, byMark[fmt.Sprintf(":%d", 2*k+1)])
-	}
-	return tips, ledgerTips, nil
+	return byMark, nil
 }
 
 // journaled is a record in a journal file, and the key group it goes to.

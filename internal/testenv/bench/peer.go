@@ -2,22 +2,17 @@ package bench
 
 import (
 	"bufio"
-	"errors"
 	"fmt"
 	"io"
 	"maps"
-	"os"
 	"os/exec"
-	"path/filepath"
 	"regexp"
 	"slices"
 	"strings"
 	"time"
 
-	"github.com/tenant-worker/tenant-worker/internal/ledger"
-	"github.com/tenant-worker/tenant-worker/internal/pipeline"
-
 	"github.com/tenant-worker/tenant-worker/internal/gitops"
+	"github.com/tenant-worker/tenant-worker/internal/pipeline"
 	"github.com/tenant-worker/tenant-worker/internal/testenv/gitserver"
 )
 
@@ -108,10 +103,7 @@ func replayPushes(h ledgerHost, name, seed string, batch, window int, how replay
 	for k := range pushes {
 		tips[k] = mains[min((k+1)*batch, len(mains))-1]
 	}
-	ledgerTips, err := ledgerTipsFor(src, seed, mains, ledgers, batch)
-	if err != nil {
-		return nil, err
-	}
+	var ledgerTips []string
 	peer := h.repo("ledger-peer")
 	if how == replayLedgerAsFile {
 		peer = h.repo("ledger-peer-ledger-as-file")
@@ -119,6 +111,8 @@ func replayPushes(h ledgerHost, name, seed string, batch, window int, how replay
 			return nil, err
 		}
 		ledgerTips = ledgerTips[1:] // the marker goes with the first push
+	} else if ledgerTips, err = ledgerTipsFor(src, seed, mains, ledgers, batch); err != nil {
+		return nil, err
 	}
 	if squash {
 		peer = h.repo("ledger-peer-squashed")
@@ -140,7 +134,7 @@ func replayPushes(h ledgerHost, name, seed string, batch, window int, how replay
 	fmt.Fprintf(progress, "bench (ledger, %s): the git CLI pushes the worker's %d commits again, %d pushes (%s)\n", h.name, len(mains), pushes, how)
 	took := make([]time.Duration, pushes)
 	packed := make([]packStat, pushes)
-	cpu := serverCPUSampler(h)
+	cpu := &cpuSampler{h: h}
 	prev, prevLedger := seed, ""
 	for k := range pushes {
 		tip, ledgerTip := tips[k], ledgerTips[k]
@@ -245,63 +239,42 @@ func (how replay) String() string {
 }
 
 // fileLedger writes, with git fast-import in the bare repository gitDir, a
-// ledger branch of one commit a push of batch messages (messages in all):
-// the first holds a marker, and each next one adds records/push-<k>, two
-// lines a message of the form the worker's ledger writes for an
-// onboarding (that the tenant exists; its release in its tier), and
-// messages/push-<k>, a line a message (its id and send time). It returns the commits, the marker's first.
+// ledger of one commit a push of batch messages (messages in all): the
+// first holds a marker, and each next one adds records/push-<k>, the two
+// records of each of its onboardings (onboardingRecords), and
+// messages/push-<k>, a line a message (its id and send time). It returns
+// the commits, the marker's first. They are on no ref: pushed by id.
 func fileLedger(gitDir string, messages, batch int) ([]string, error) {
-	marks := filepath.Join(gitDir, "file-ledger-marks")
-	defer os.Remove(marks)
-	cmd := exec.Command("git", "--git-dir", gitDir, "fast-import", "--quiet", "--export-marks="+marks)
-	var stderr strings.Builder
-	cmd.Stderr = &stderr
-	in, err := cmd.StdinPipe()
-	if err != nil {
-		return nil, err
-	}
-	if err := cmd.Start(); err != nil {
-		return nil, err
-	}
-	w := bufio.NewWriter(in)
-	const ref = "refs/heads/file-ledger"
-	when := int64(1_700_000_000)
-	commit := func(mark int, files map[string]string) {
-		fmt.Fprintf(w, "commit %s\nmark :%d\ncommitter bench <bench@example.com> %d +0000\ndata 7\nledger\n", ref, mark, when)
-		for _, p := range slices.Sorted(maps.Keys(files)) {
-			fmt.Fprintf(w, "M 100644 inline %s\ndata %d\n%s\n", p, len(files[p]), files[p])
-		}
-		when++
-	}
-	commit(1, map[string]string{"README": "ledger of the replay, a file a push\n"})
 	pushes := (messages + batch - 1) / batch
-	tiers := []string{"basic", "advanced", "premium"}
-	for k := 1; k <= pushes; k++ {
-		var records, ids strings.Builder
-		for i := range min(batch, messages-(k-1)*batch) {
-			id, tier := fmt.Sprintf("replay-%d-%d", k, i), tiers[i%len(tiers)]
-			fmt.Fprintf(&records, "%s %d000\n%s %d000 0.0\n", ledger.Tenant(id), when, ledger.ReleaseIn(tier, id), when)
-			fmt.Fprintf(&ids, "%08x-0000-4000-8000-%012x %d000\n", k, i, when)
+	byMark, err := fastImport(gitDir, func(w *bufio.Writer) error {
+		when := int64(1_700_000_000)
+		commit := func(mark int, files map[string]string) {
+			// On a ref fast-import needs, deleted after.
+			fmt.Fprintf(w, "commit refs/heads/file-ledger\nmark :%d\ncommitter bench <bench@example.com> %d +0000\ndata 7\nledger\n", mark, when)
+			for _, p := range slices.Sorted(maps.Keys(files)) {
+				fmt.Fprintf(w, "M 100644 inline %s\ndata %d\n%s\n", p, len(files[p]), files[p])
+			}
+			when++
 		}
-		commit(k+1, map[string]string{fmt.Sprintf("records/push-%04d", k): records.String(), fmt.Sprintf("messages/push-%04d", k): ids.String()})
-	}
-	err = w.Flush()
-	in.Close()
-	if werr := cmd.Wait(); werr != nil || err != nil {
-		return nil, fmt.Errorf("git fast-import: %w: %s", errors.Join(err, werr), stderr.String())
-	}
-	if _, err := gitserver.OutputIn(gitDir, "update-ref", "-d", ref); err != nil {
-		return nil, err // the commits stay, by their ids
-	}
-	out, err := os.ReadFile(marks)
+		commit(1, map[string]string{"README": "ledger of the replay, a file a push\n"})
+		tiers := []string{"basic", "advanced", "premium"}
+		for k := 1; k <= pushes; k++ {
+			var records, ids strings.Builder
+			for i := range min(batch, messages-(k-1)*batch) {
+				for _, r := range onboardingRecords(fmt.Sprintf("replay-%d-%d", k, i), tiers[i%len(tiers)], when) {
+					records.WriteString(r + "\n")
+				}
+				fmt.Fprintf(&ids, "%08x-0000-4000-8000-%012x %d000\n", k, i, when)
+			}
+			commit(k+1, map[string]string{fmt.Sprintf("records/push-%04d", k): records.String(), fmt.Sprintf("messages/push-%04d", k): ids.String()})
+		}
+		return nil
+	})
 	if err != nil {
 		return nil, err
 	}
-	byMark := map[string]string{}
-	for l := range strings.Lines(string(out)) {
-		if m, sha, ok := strings.Cut(strings.TrimSpace(l), " "); ok {
-			byMark[m] = sha
-		}
+	if _, err := gitserver.OutputIn(gitDir, "update-ref", "-d", "refs/heads/file-ledger"); err != nil {
+		return nil, err // the commits stay, by their ids
 	}
 	tips := make([]string, pushes+1)
 	for k := range tips {
