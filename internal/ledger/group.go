@@ -22,30 +22,78 @@ const (
 	hourMS      = int64(time.Hour / time.Millisecond)
 )
 
-// bucket is the group a target's key falls in: the first four hex digits
-// of its sha256 (65,536 groups).
+// bucket is the four hex digits that name a group: the first two bytes of
+// the sha256 of name (65,536 groups).
 func bucket(name string) string {
 	sum := sha256.Sum256([]byte(name))
 	return hex.EncodeToString(sum[:2])
 }
 
-// targetPath is the group file that holds target, a key as written: one
-// folder level per hex digit, targets/<h0>/<h1>/<h2>/<h3>, so that every
-// tree a record's path rewrites holds at most 16 entries however many
-// targets the ledger holds.
+// groupName is what a target's group is chosen by: the tenant its key is
+// about (the id, the last field of Tenant, Release, ReleaseIn and HeldIn),
+// or for any other key (Env, Tier) the whole key. So the records one
+// message leaves about one tenant (an onboarding's existence and release)
+// share a file, and a batch of onboardings rewrites one file a tenant,
+// not two. Any name, of any form, gives one group: a key read from a file
+// goes where Set would put it.
+func groupName(target string) string {
+	kind, rest, ok := strings.Cut(target, "/")
+	switch {
+	case !ok:
+		return target
+	case kind == "tenant":
+		return rest
+	case kind == "release" || kind == "held":
+		return rest[strings.LastIndexByte(rest, '/')+1:]
+	}
+	return target
+}
+
+// targetPath is the group file that holds target, a key as written:
+// named by its groupName's bucket, one folder level per hex digit,
+// targets/<h0>/<h1>/<h2>/<h3>, so that every tree a record's path rewrites
+// holds at most 16 entries however many targets the ledger holds.
 func targetPath(target string) string {
-	b := bucket(target)
+	return digitsPath(bucket(groupName(target)))
+}
+
+// keyTargetPath is where versions from 2026-12-05 to 2026-12-06 kept the
+// same record: the same folders, named by the bucket of the whole key, so
+// that a tenant's two records were in two files. Set moves a record it
+// changes from there to targetPath.
+func keyTargetPath(target string) string {
+	return digitsPath(bucket(target))
+}
+
+// digitsPath is the file of group b (four hex digits) under targets/.
+func digitsPath(b string) string {
 	return targetsDir + "/" + b[:1] + "/" + b[1:2] + "/" + b[2:3] + "/" + b[3:]
 }
 
 // formerTargetPath is where versions before 2026-12-05 kept the same
-// group: targets/<h0h1>/<h2h3>, two levels of 256, whose folders grew with
-// the targets (160 entries at 21,000 tenants) and were rewritten by every
-// record. Its names (two hex digits) are not those of targetPath's first
-// level (one), so both fit one targets folder while the records move.
+// record: targets/<h0h1>/<h2h3> by the bucket of the whole key, two levels
+// of 256, whose folders grew with the targets (160 entries at 21,000
+// tenants) and were rewritten by every record. Its names (two hex digits)
+// are not those of targetPath's first level (one), so both fit one
+// targets folder while the records move.
 func formerTargetPath(target string) string {
 	b := bucket(target)
 	return targetsDir + "/" + b[:2] + "/" + b[2:]
+}
+
+// targetHeader is the first line of the targets group file at p, which
+// holds keys: what it says of them is true of each.
+func targetHeader(p string, keys []string) string {
+	digits := strings.ReplaceAll(strings.TrimPrefix(p, targetsDir+"/"), "/", "")
+	const fields = ": key, send time (Unix ms, SQS SentTimestamp) of the last message applied to it, value"
+	if strings.Count(p, "/") == 2 {
+		return "# tenant-worker ledger: targets whose key's sha256 starts " + digits + ", as versions before 2026-12-05 kept them" + fields
+	}
+	h := "# tenant-worker ledger: targets whose tenant's id (or, for a tier or an environment, whole key) has a sha256 starting " + digits
+	if slices.ContainsFunc(keys, func(k string) bool { return targetPath(k) != p }) {
+		h += ", and targets whose whole key's does, as versions from 2026-12-05 to 2026-12-06 kept them"
+	}
+	return h + fields
 }
 
 // A message's group is found from its send time (SQS SentTimestamp, which
@@ -162,11 +210,6 @@ func hourOf(sent int64) (name string, start int64) {
 	return t.Format(hourForm), t.UnixMilli()
 }
 
-// newTargets is the empty group that holds target, a key as written.
-func newTargets(target string) *group {
-	return &group{path: targetPath(target), former: formerTargetPath(target), bucket: bucket(target), targets: map[string]Record{}}
-}
-
 // hourStart is the start (Unix ms) of the hour an hour folder's name
 // gives; false for any other name.
 func hourStart(name string) (int64, bool) {
@@ -180,14 +223,11 @@ func hourStart(name string) (int64, bool) {
 // group is one file of the tree: a group of targets or of message ids.
 type group struct {
 	path    string
-	former  string            // a targets group: its path before 2026-12-05 (formerTargetPath)
-	bucket  string            // a targets group: "h0h1h2h3"
 	targets map[string]Record // a targets group
 	ids     map[string]int64  // a messages group: id -> send time
 	kind    span              // a messages group: the span of send times it holds
 	sent    int64             // a messages group: a send time (Unix ms) in that span
 	existed bool              // the tree holds the file
-	moved   bool              // a targets group: the tree holds its former file too, read and merged
 	dirty   bool              // changed since read
 	broken  bool              // unreadable: answers as empty, never written
 }
@@ -211,11 +251,19 @@ func (g *group) parse(b []byte) error {
 // Two lines may name one target in its two forms (see canonical): the
 // newer record is the one that counts.
 func set(records map[string]Record, target string, ms int64, value string) bool {
-	if last, ok := records[target]; ok && (ms < last.MS || ms == last.MS && value == last.Value) {
+	r := Record{MS: ms, Value: value}
+	if last, ok := records[target]; ok && !newer(r, last) {
 		return false
 	}
-	records[target] = Record{MS: ms, Value: value}
+	records[target] = r
 	return true
+}
+
+// newer reports whether r, met after last, takes its place: it was sent
+// later, or at the same time with another value (equal send times take
+// effect in the order they are met).
+func newer(r, last Record) bool {
+	return r.MS > last.MS || r.MS == last.MS && r.Value != last.Value
 }
 
 // render is the group's file: a header, then one line per record, sorted,
@@ -236,9 +284,9 @@ func (g *group) render() []byte {
 	if len(g.targets) == 0 {
 		return nil
 	}
-	fmt.Fprintf(&b, "# tenant-worker ledger: targets whose key's sha256 starts %s: key, send time (Unix ms, SQS SentTimestamp) of the last message applied to it, value\n",
-		g.bucket)
-	for _, k := range slices.Sorted(maps.Keys(g.targets)) {
+	keys := slices.Sorted(maps.Keys(g.targets))
+	b.WriteString(targetHeader(g.path, keys) + "\n")
+	for _, k := range keys {
 		if r := g.targets[k]; r.Value != "" {
 			fmt.Fprintf(&b, "%s %d %s\n", k, r.MS, r.Value)
 		} else {

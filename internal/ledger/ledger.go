@@ -15,7 +15,10 @@
 //	messages/<YYYYMMDDHH>/m<MM>/t<SS>/<cc> of 10 milliseconds, once its second's file is full
 //
 // A target's group is named by the first four hex digits of the sha256 of
-// its key as written (Tenant("t1") is "tenant/t1", escaped as below); a
+// the tenant its key is about, as written (the id "t1" for Tenant("t1"),
+// ReleaseIn("basic", "t1") and HeldIn("basic", "t1"), escaped as below), or
+// of the whole key for a tier or an environment, so that an onboarding's
+// records are one file; a
 // message's by its send time (SQS SentTimestamp, which a redelivered
 // message carries unchanged), UTC: its 15 seconds, and once that group
 // holds groupLimit ids, its second, then its 10 milliseconds, so that a
@@ -26,9 +29,12 @@
 // still be delivered, and old target records from the groups a commit
 // writes anyway.
 //
-// Versions before 2026-12-05 kept a target's group at targets/<h0h1>/<h2h3>,
-// in folders of up to 256 entries that grew with the targets; a group is
-// read from both paths and, once written, lives at the new one alone.
+// Versions before 2026-12-05 kept a target's record at
+// targets/<h0h1>/<h2h3> by the hash of its whole key, in folders of up to
+// 256 entries that grew with the targets; versions until 2026-12-06 in the
+// folders above, by the same hash, so that a tenant's records were in two
+// files. A record is read from all three paths and, once Set changes it,
+// lives in its tenant's group alone (see places).
 // Versions before 2026-12-06 grouped message ids by hour and hash
 // (messages/<YYYYMMDDHH>/<h0h1>, then m<MM>/<h0h1>); those files are read
 // until their hour is pruned, never written.
@@ -40,7 +46,6 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
-	"maps"
 )
 
 // ErrCorrupt is a group file that does not parse.
@@ -98,18 +103,11 @@ func (l *Ledger) fail(err error) {
 	}
 }
 
-// load reads g, new to the cache, from the tree: a targets group from its
-// path and from its former one (formerTargetPath), both merged, the newer
-// record winning, so that a record written by a version before the
-// one-digit folders, or by a replica of it still running, is found.
+// load reads g, new to the cache, from the tree.
 func (l *Ledger) load(g *group) *group {
 	l.groups[g.path] = g
-	if l.r == nil {
-		return g
-	}
-	g.existed = l.read(g, g.path)
-	if g.former != "" && !g.broken {
-		g.moved = l.read(g, g.former)
+	if l.r != nil {
+		g.existed = l.read(g, g.path)
 	}
 	return g
 }
@@ -134,11 +132,50 @@ func (l *Ledger) read(g *group, name string) bool {
 	return true
 }
 
-func (l *Ledger) targets(target string) *group {
-	if g, ok := l.groups[targetPath(target)]; ok {
+// targetGroup is the targets group file at p.
+func (l *Ledger) targetGroup(p string) *group {
+	if g, ok := l.groups[p]; ok {
 		return g
 	}
-	return l.load(newTargets(target))
+	return l.load(&group{path: p, targets: map[string]Record{}})
+}
+
+// places are the groups that may hold target's record: its own
+// (targetPath) first, then those where earlier versions wrote it
+// (keyTargetPath, formerTargetPath), which are read until Set moves the
+// record. A replica of an earlier version still running may write there
+// after a move: the newer record wins wherever it is, and of two with the
+// same send time and different values, the earlier version's file's.
+func (l *Ledger) places(target string) [3]*group {
+	home := targetPath(target)
+	gs := [3]*group{l.targetGroup(home)}
+	for i, p := range [...]string{keyTargetPath(target), formerTargetPath(target)} {
+		if p != home {
+			gs[i+1] = l.targetGroup(p)
+		}
+	}
+	return gs
+}
+
+// targetsOf is g's record of target; false for a nil g.
+func (g *group) targetsOf(target string) (Record, bool) {
+	if g == nil {
+		return Record{}, false
+	}
+	r, ok := g.targets[target]
+	return r, ok
+}
+
+// record is target's record, the newest of its places' (see places).
+func record(target string, gs [3]*group) (Record, bool) {
+	var r Record
+	var found bool
+	for _, g := range gs {
+		if o, ok := g.targetsOf(target); ok && (!found || newer(o, r)) {
+			r, found = o, true
+		}
+	}
+	return r, found
 }
 
 // messageGroup is the group of span sp that holds message id, sent at
@@ -153,8 +190,7 @@ func (l *Ledger) messageGroup(id string, sent int64, sp span) *group {
 
 // Get returns target's record.
 func (l *Ledger) Get(target string) (Record, bool) {
-	r, ok := l.targets(target).targets[target]
-	return r, ok
+	return record(target, l.places(target))
 }
 
 // Stale reports whether a message sent at ms is older than the last change
@@ -173,10 +209,27 @@ func (l *Ledger) Touch(target string, ms int64) {
 
 // Set records that a message sent at ms took effect on target with value,
 // unless a newer one did.
+// The record goes to target's own group, and leaves the groups where
+// earlier versions kept it (see places). When a group that may hold the
+// record could not be read, nothing is recorded: Err says so.
 func (l *Ledger) Set(target string, ms int64, value string) {
-	g := l.targets(target)
-	if set(g.targets, target, ms, value) {
-		g.dirty = true
+	gs := l.places(target)
+	for _, g := range gs {
+		if g != nil && g.broken {
+			return
+		}
+	}
+	next := Record{MS: ms, Value: value}
+	if last, ok := record(target, gs); ok && !newer(next, last) {
+		return
+	}
+	gs[0].targets[target] = next
+	gs[0].dirty = true
+	for _, g := range gs[1:] {
+		if _, ok := g.targetsOf(target); ok {
+			delete(g.targets, target)
+			g.dirty = true
+		}
 	}
 }
 
@@ -229,12 +282,38 @@ func (l *Ledger) Note(id string, sent int64) {
 // messages that ends by before (one listing of messages/, read once), and
 // drops records older than before from the groups of targets changed
 // already, which are written anyway: call it once the commit's changes are
-// made. It reads no group and prunes nothing else, so that a commit stays
-// small; records of targets that no commit touches stay until one does.
+// made. It reads no other group but the places of the records it drops
+// (see places: a copy there, which only replicas of two versions running
+// at once leave, goes too), and prunes nothing else, so that a commit
+// stays small; records of targets that no commit touches stay until one
+// does.
 func (l *Ledger) Prune(before int64) {
+	var work []*group
 	for _, g := range l.groups {
 		if g.dirty && !g.messages() {
-			maps.DeleteFunc(g.targets, func(_ string, r Record) bool { return r.MS < before })
+			work = append(work, g)
+		}
+	}
+	for len(work) > 0 {
+		g := work[len(work)-1]
+		work = work[:len(work)-1]
+		for k, r := range g.targets {
+			if r.MS >= before {
+				continue
+			}
+			delete(g.targets, k)
+			// A copy at another of k's places (a replica of an earlier
+			// version wrote both) that is as old goes too: left alone, it
+			// would answer for k again. Its group is written, and pruned.
+			for _, o := range l.places(k) {
+				if c, ok := o.targetsOf(k); ok && o != g && !o.broken && c.MS < before {
+					delete(o.targets, k)
+					if !o.dirty {
+						o.dirty = true
+						work = append(work, o)
+					}
+				}
+			}
 		}
 	}
 	if !l.pruned || before > l.before {
@@ -285,9 +364,6 @@ func (l *Ledger) Changes() map[string][]byte {
 			c[p] = b
 		} else if g.existed {
 			c[p] = nil
-		}
-		if g.moved {
-			c[g.former] = nil // its records are in the group's file now
 		}
 	}
 	return c

@@ -223,6 +223,7 @@ func BenchmarkBatchHistory(b *testing.B) {
 		var fresh []time.Duration
 		ledgerBytes := make([]int64, batches)
 		treeBytes := make([]int64, batches)
+		ledgerObjects, treeObjects := make([]int64, batches), make([]int64, batches)
 		var freshClone *pipeline.Pipeline
 		// onFresh applies a batch on the fresh clone, after fetching the
 		// long-lived clone's.
@@ -254,8 +255,8 @@ func BenchmarkBatchHistory(b *testing.B) {
 			own[i], push[i] = r.ownAndPush()
 			after := r.heads(b)
 			b.StopTimer()
-			ledgerBytes[i] = r.newObjectBytes(b, after.ledger, before.ledger)
-			treeBytes[i] = r.newObjectBytes(b, after.main, before.main)
+			ledgerObjects[i], ledgerBytes[i] = r.newObjects(b, after.ledger, before.ledger)
+			treeObjects[i], treeBytes[i] = r.newObjects(b, after.main, before.main)
 			b.StartTimer()
 			if freshClone != nil && !freshFirst {
 				onFresh()
@@ -272,9 +273,20 @@ func BenchmarkBatchHistory(b *testing.B) {
 		b.ReportMetric(perMessage(ledgerBytes[batches-k:]), "ledger-B/message-last-fifth")
 		b.ReportMetric(perMessage(treeBytes[:k]), "branch-B/message-first-fifth")
 		b.ReportMetric(perMessage(treeBytes[batches-k:]), "branch-B/message-last-fifth")
+		b.ReportMetric(perMessage(ledgerObjects[:k]), "ledger-objects/message-first-fifth")
+		b.ReportMetric(perMessage(ledgerObjects[batches-k:]), "ledger-objects/message-last-fifth")
+		b.ReportMetric(perMessage(treeObjects[:k]), "branch-objects/message-first-fifth")
+		b.ReportMetric(perMessage(treeObjects[batches-k:]), "branch-objects/message-last-fifth")
 		if f := stats(fresh).P50; last > 1.2*f {
 			b.Errorf("the long-lived clone's own time per batch in the last fifth, %.0f ms, is %.2fx a fresh clone's at the same moments (%.0f ms): more than 1.2x",
 				last, last/f, f)
+		}
+		// An onboarding's two records share its tenant's group: about one
+		// group file and one folder of groups a message, and the message
+		// ids' files (2.2 objects a message on 2026-12-07; 3.9 when each
+		// record had a group of its own).
+		if last := perMessage(ledgerObjects[batches-k:]); last > 3 {
+			b.Errorf("the ledger's new objects a message in the last fifth: %.2f, more than 3: an onboarding's records are in more than one group", last)
 		}
 		if first, last := perMessage(ledgerBytes[:k]), perMessage(ledgerBytes[batches-k:]); last > 2*first {
 			b.Errorf("the ledger's new objects a message grew from %.0f bytes (first fifth) to %.0f (last fifth): %.2fx, more than 2x",
@@ -329,9 +341,10 @@ func (r *batchRun) heads(b testing.TB) heads {
 	return heads{main: f[0], ledger: f[1]}
 }
 
-// newObjectBytes is the size of every object tip reaches and old does not:
-// what a push that moved a branch from old to tip gave the server.
-func (r *batchRun) newObjectBytes(b testing.TB, tip, old string) int64 {
+// newObjects is the number and the size of the objects tip reaches and old
+// does not: what a push that moved a branch from old to tip gave the
+// server.
+func (r *batchRun) newObjects(b testing.TB, tip, old string) (objects, size int64) {
 	b.Helper()
 	out, err := r.srv.Output("gitops.git", "rev-list", "--objects", tip, "^"+old)
 	if err != nil {
@@ -348,15 +361,15 @@ func (r *batchRun) newObjectBytes(b testing.TB, tip, old string) int64 {
 	if err != nil {
 		b.Fatalf("git cat-file: %v", err)
 	}
-	var total int64
 	for l := range strings.Lines(string(sizes)) {
 		n, err := strconv.ParseInt(strings.TrimSpace(l), 10, 64)
 		if err != nil {
 			b.Fatalf("git cat-file: %q: %v", l, err)
 		}
-		total += n
+		objects++
+		size += n
 	}
-	return total
+	return objects, size
 }
 
 // median is the middle of xs (the lower one of an even count, as stats'

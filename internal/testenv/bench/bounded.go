@@ -396,7 +396,8 @@ const (
 	// recordsPerPush: one file of each push's records.
 	recordsPerPush recordLayout = iota
 	// recordsIn16s: each record in the group of its key's hash, as the
-	// worker's ledger keeps them, targets/<h0>/<h1>/<h2>/<h3> (65,536
+	// worker's ledger kept them until 2026-12-06 (since, an onboarding's
+	// two records share its tenant's group), targets/<h0>/<h1>/<h2>/<h3> (65,536
 	// files in folders of at most 16, 4,369 folders when all are there).
 	recordsIn16s
 	// recordsIn256s: the same groups as the worker's ledger kept them
