@@ -131,19 +131,15 @@ func TestEarlierTargetPathsAreReadAndMoved(t *testing.T) {
 // none of avoid's paths.
 func sharingKey(t *testing.T, k string, avoid ...string) string {
 	t.Helper()
-	for i := 0; i < 5_000_000; i++ {
-		c := Tenant(fmt.Sprint("c", i))
-		if bucket(c) != bucket(k) {
-			continue
-		}
-		ok := true
-		for _, p := range avoid {
-			if targetPath(c) == p {
-				ok = false
-			}
-		}
-		if ok {
-			return c
+	return tenantWhere(t, func(c string) bool { return bucket(c) == bucket(k) && !slices.Contains(avoid, targetPath(c)) })
+}
+
+// tenantWhere is the first Tenant key of a numbered name that ok accepts.
+func tenantWhere(t *testing.T, ok func(k string) bool) string {
+	t.Helper()
+	for i := range 5_000_000 {
+		if k := Tenant(fmt.Sprint("k", i)); ok(k) {
+			return k
 		}
 	}
 	t.Fatal("no key found")
@@ -208,5 +204,44 @@ func TestRewrittenEarlierFileSaysWhatItHolds(t *testing.T) {
 	home := l.Changes()[targetPath(t1)]
 	if header, _, _ := strings.Cut(string(home), "\n"); !strings.Contains(header, "tenant's id") || strings.Contains(header, "whole key's does") {
 		t.Errorf("t1's group says %q", header)
+	}
+}
+
+// homedAt is a Tenant key whose own group (targetPath, by the id's hash)
+// is p, and none of whose places is one of avoid.
+func homedAt(t *testing.T, p string, avoid ...string) string {
+	t.Helper()
+	return tenantWhere(t, func(k string) bool {
+		return targetPath(k) == p && !slices.Contains(avoid, keyTargetPath(k)) && !slices.Contains(avoid, formerTargetPath(k))
+	})
+}
+
+// placesOf are the paths of k's places.
+func placesOf(k string) []string {
+	return []string{targetPath(k), keyTargetPath(k), formerTargetPath(k)}
+}
+
+// TestPruneReadsAnExpiredRecordsEarlierPlaces: the prune of another
+// tenant's expired record in t1's group looks it up at its earlier places,
+// where a copy would answer again once the record is gone: a corrupt file
+// there is an error, as for a message's own records, and is not written.
+func TestPruneReadsAnExpiredRecordsEarlierPlaces(t *testing.T) {
+	t1 := Tenant("t1")
+	home := targetPath(t1)
+	other := homedAt(t, home, placesOf(t1)...) // shares t1's group, not its other places
+	tr := newTree()
+	tr.files[home] = fmt.Appendf(nil, "%s 5\n", other)           // expired at 100
+	tr.files[formerTargetPath(other)] = []byte("not a record\n") // a hand edit gone wrong
+	l := Open(tr)
+	l.Touch(t1, 1000)
+	if err := l.Err(); err != nil {
+		t.Fatalf("setup: t1's own files do not read: %v", err)
+	}
+	l.Prune(100)
+	if err := l.Err(); !IsCorrupt(err) || !strings.Contains(err.Error(), formerTargetPath(other)) {
+		t.Errorf("err %v, want the corrupt former file of %s, whose expired record the prune drops", err, other)
+	}
+	if c := l.Changes(); c[formerTargetPath(other)] != nil {
+		t.Error("the corrupt file is written")
 	}
 }

@@ -267,7 +267,9 @@ func newer(r, last Record) bool {
 }
 
 // render is the group's file: a header, then one line per record, sorted,
-// so that a change edits one line. Nil when the group is empty.
+// so that a change edits one line (and a targets group's header, when
+// the last record there by its whole key leaves, see targetHeader). Nil
+// when the group is empty.
 func (g *group) render() []byte {
 	var b bytes.Buffer
 	if g.messages() {

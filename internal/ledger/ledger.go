@@ -7,7 +7,8 @@
 // ref of its own points to (beside the branch Flux reads, and moved in the
 // same push; internal/gitops does the git side). A commit changes a few of
 // its files whatever the volume, and nothing is read but the files a
-// message names:
+// message names (and the earlier places of the expired records a prune
+// drops, see Prune):
 //
 //	targets/<h0>/<h1>/<h2>/<h3>           "key ms [value]" lines, sorted by key
 //	messages/<YYYYMMDDHH>/<MM><SS>        "id ms" lines, sorted by id, of 15 seconds' messages
@@ -34,7 +35,7 @@
 // 256 entries that grew with the targets; versions until 2026-12-06 in the
 // folders above, by the same hash, so that a tenant's records were in two
 // files. A record is read from all three paths and, once Set changes it,
-// lives in its tenant's group alone (see places).
+// lives in its own group alone (see places).
 // Versions before 2026-12-06 grouped message ids by hour and hash
 // (messages/<YYYYMMDDHH>/<h0h1>, then m<MM>/<h0h1>); those files are read
 // until their hour is pruned, never written.
@@ -282,11 +283,14 @@ func (l *Ledger) Note(id string, sent int64) {
 // messages that ends by before (one listing of messages/, read once), and
 // drops records older than before from the groups of targets changed
 // already, which are written anyway: call it once the commit's changes are
-// made. It reads no other group but the places of the records it drops
-// (see places: a copy there, which only replicas of two versions running
-// at once leave, goes too), and prunes nothing else, so that a commit
-// stays small; records of targets that no commit touches stay until one
-// does.
+// made. It reads no other group but the earlier places of the records it
+// drops (see places: a copy there goes too, and its group is written and
+// pruned in turn; a corrupt file there is an error, as for a message's own
+// records), and prunes nothing else, so that a commit stays small; records
+// of targets that no commit touches stay until one does. Only two versions
+// writing one ledger (replicas during a rollout, a rollback and forward
+// again) or a hand edit leave such copies: Set takes a record out of its
+// other places.
 func (l *Ledger) Prune(before int64) {
 	var work []*group
 	for _, g := range l.groups {
