@@ -27,9 +27,19 @@ func TestATenantsRecordsShareAGroup(t *testing.T) {
 	if targetPath(Tier("basic")) != keyTargetPath(Tier("basic")) || targetPath(Env("pool-1")) != keyTargetPath(Env("pool-1")) {
 		t.Error("a tier's or an environment's record moved")
 	}
-	// A name of any form (read from a hand-written file) has one group.
-	for _, k := range []string{"", "tenant/", "release/", "held//", "x", "release/a/b/c"} {
-		_ = targetPath(k)
+	// A name of any form has one group: what Set writes, Get finds after
+	// the commit.
+	tr := newTree()
+	l := Open(tr)
+	keys := []string{Tenant(""), Release(""), ReleaseIn("", ""), HeldIn("a/b", "c"), ReleaseIn("a tier", "x y"), Env("pool%1"), Tier("")}
+	for i, k := range keys {
+		l.Set(k, int64(10+i), "v")
+	}
+	l = commit(t, l, tr)
+	for i, k := range keys {
+		if r, ok := l.Get(k); !ok || r != (Record{MS: int64(10 + i), Value: "v"}) {
+			t.Errorf("%q read back as %+v %v", k, r, ok)
+		}
 	}
 }
 
@@ -244,4 +254,16 @@ func TestPruneReadsAnExpiredRecordsEarlierPlaces(t *testing.T) {
 	if c := l.Changes(); c[formerTargetPath(other)] != nil {
 		t.Error("the corrupt file is written")
 	}
+}
+
+// keyTargetPath and formerTargetPath are target's earlier paths (see
+// earlierTargetPaths).
+func keyTargetPath(target string) string {
+	p, _ := earlierTargetPaths(target)
+	return p
+}
+
+func formerTargetPath(target string) string {
+	_, p := earlierTargetPaths(target)
+	return p
 }

@@ -57,28 +57,24 @@ func targetPath(target string) string {
 	return digitsPath(bucket(groupName(target)))
 }
 
-// keyTargetPath is where versions from 2026-12-05 to 2026-12-06 kept the
-// same record: the same folders, named by the bucket of the whole key, so
-// that a tenant's two records were in two files. Set moves a record it
-// changes from there to targetPath.
-func keyTargetPath(target string) string {
-	return digitsPath(bucket(target))
+// earlierTargetPaths are where earlier versions kept the same record,
+// both named by the bucket of the whole key, so that a tenant's records
+// were in several files: keyed, in the same folders, by versions from
+// 2026-12-05 to 2026-12-06; former, at targets/<h0h1>/<h2h3>, two levels
+// of 256 whose folders grew with the targets (160 entries at 21,000
+// tenants) and were rewritten by every record, by versions before
+// 2026-12-05. The former names (two hex digits) are not those of
+// targetPath's first level (one), so both fit one targets folder while
+// the records move. Set moves a record it changes from there to
+// targetPath.
+func earlierTargetPaths(target string) (keyed, former string) {
+	b := bucket(target)
+	return digitsPath(b), targetsDir + "/" + b[:2] + "/" + b[2:]
 }
 
 // digitsPath is the file of group b (four hex digits) under targets/.
 func digitsPath(b string) string {
 	return targetsDir + "/" + b[:1] + "/" + b[1:2] + "/" + b[2:3] + "/" + b[3:]
-}
-
-// formerTargetPath is where versions before 2026-12-05 kept the same
-// record: targets/<h0h1>/<h2h3> by the bucket of the whole key, two levels
-// of 256, whose folders grew with the targets (160 entries at 21,000
-// tenants) and were rewritten by every record. Its names (two hex digits)
-// are not those of targetPath's first level (one), so both fit one
-// targets folder while the records move.
-func formerTargetPath(target string) string {
-	b := bucket(target)
-	return targetsDir + "/" + b[:2] + "/" + b[2:]
 }
 
 // targetHeader is the first line of the targets group file at p, which

@@ -47,6 +47,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"slices"
 )
 
 // ErrCorrupt is a group file that does not parse.
@@ -143,36 +144,28 @@ func (l *Ledger) targetGroup(p string) *group {
 
 // places are the groups that may hold target's record: its own
 // (targetPath) first, then those where earlier versions wrote it
-// (keyTargetPath, formerTargetPath), which are read until Set moves the
-// record. A replica of an earlier version still running may write there
-// after a move: the newer record wins wherever it is, and of two with the
-// same send time and different values, the earlier version's file's.
-func (l *Ledger) places(target string) [3]*group {
+// (earlierTargetPaths), which are read until Set moves the record. A
+// replica of an earlier version still running may write there after a
+// move: the newer record wins wherever it is, and of two with the same
+// send time and different values, the earlier version's file's.
+func (l *Ledger) places(target string) []*group {
 	home := targetPath(target)
-	gs := [3]*group{l.targetGroup(home)}
-	for i, p := range [...]string{keyTargetPath(target), formerTargetPath(target)} {
+	keyed, former := earlierTargetPaths(target)
+	gs := []*group{l.targetGroup(home)}
+	for _, p := range [...]string{keyed, former} {
 		if p != home {
-			gs[i+1] = l.targetGroup(p)
+			gs = append(gs, l.targetGroup(p))
 		}
 	}
 	return gs
 }
 
-// targetsOf is g's record of target; false for a nil g.
-func (g *group) targetsOf(target string) (Record, bool) {
-	if g == nil {
-		return Record{}, false
-	}
-	r, ok := g.targets[target]
-	return r, ok
-}
-
 // record is target's record, the newest of its places' (see places).
-func record(target string, gs [3]*group) (Record, bool) {
+func record(target string, places []*group) (Record, bool) {
 	var r Record
 	var found bool
-	for _, g := range gs {
-		if o, ok := g.targetsOf(target); ok && (!found || newer(o, r)) {
+	for _, g := range places {
+		if o, ok := g.targets[target]; ok && (!found || newer(o, r)) {
 			r, found = o, true
 		}
 	}
@@ -210,15 +203,14 @@ func (l *Ledger) Touch(target string, ms int64) {
 
 // Set records that a message sent at ms took effect on target with value,
 // unless a newer one did.
+//
 // The record goes to target's own group, and leaves the groups where
 // earlier versions kept it (see places). When a group that may hold the
 // record could not be read, nothing is recorded: Err says so.
 func (l *Ledger) Set(target string, ms int64, value string) {
 	gs := l.places(target)
-	for _, g := range gs {
-		if g != nil && g.broken {
-			return
-		}
+	if slices.ContainsFunc(gs, func(g *group) bool { return g.broken }) {
+		return
 	}
 	next := Record{MS: ms, Value: value}
 	if last, ok := record(target, gs); ok && !newer(next, last) {
@@ -227,7 +219,7 @@ func (l *Ledger) Set(target string, ms int64, value string) {
 	gs[0].targets[target] = next
 	gs[0].dirty = true
 	for _, g := range gs[1:] {
-		if _, ok := g.targetsOf(target); ok {
+		if _, ok := g.targets[target]; ok {
 			delete(g.targets, target)
 			g.dirty = true
 		}
@@ -310,7 +302,7 @@ func (l *Ledger) Prune(before int64) {
 			// version wrote both) that is as old goes too: left alone, it
 			// would answer for k again. Its group is written, and pruned.
 			for _, o := range l.places(k) {
-				if c, ok := o.targetsOf(k); ok && o != g && !o.broken && c.MS < before {
+				if c, ok := o.targets[k]; ok && o != g && c.MS < before {
 					delete(o.targets, k)
 					if !o.dirty {
 						o.dirty = true

@@ -221,9 +221,7 @@ func BenchmarkBatchHistory(b *testing.B) {
 		own := make([]time.Duration, batches)
 		push := make([]time.Duration, batches)
 		var fresh []time.Duration
-		ledgerBytes := make([]int64, batches)
-		treeBytes := make([]int64, batches)
-		ledgerObjects, treeObjects := make([]int64, batches), make([]int64, batches)
+		ledgerNew, treeNew := make([]pushed, batches), make([]pushed, batches)
 		var freshClone *pipeline.Pipeline
 		// onFresh applies a batch on the fresh clone, after fetching the
 		// long-lived clone's.
@@ -255,8 +253,8 @@ func BenchmarkBatchHistory(b *testing.B) {
 			own[i], push[i] = r.ownAndPush()
 			after := r.heads(b)
 			b.StopTimer()
-			ledgerObjects[i], ledgerBytes[i] = r.newObjects(b, after.ledger, before.ledger)
-			treeObjects[i], treeBytes[i] = r.newObjects(b, after.main, before.main)
+			ledgerNew[i] = r.newObjects(b, after.ledger, before.ledger)
+			treeNew[i] = r.newObjects(b, after.main, before.main)
 			b.StartTimer()
 			if freshClone != nil && !freshFirst {
 				onFresh()
@@ -268,15 +266,22 @@ func BenchmarkBatchHistory(b *testing.B) {
 		b.ReportMetric(stats(fresh).P50, "own-ms/batch-last-fifth-fresh-clone")
 		b.ReportMetric(stats(push[:k]).P50, "push-ms/batch-first-fifth")
 		b.ReportMetric(stats(push[batches-k:]).P50, "push-ms/batch-last-fifth")
-		perMessage := func(bytes []int64) float64 { return float64(median(bytes)) / float64(maxBatch()) }
-		b.ReportMetric(perMessage(ledgerBytes[:k]), "ledger-B/message-first-fifth")
-		b.ReportMetric(perMessage(ledgerBytes[batches-k:]), "ledger-B/message-last-fifth")
-		b.ReportMetric(perMessage(treeBytes[:k]), "branch-B/message-first-fifth")
-		b.ReportMetric(perMessage(treeBytes[batches-k:]), "branch-B/message-last-fifth")
-		b.ReportMetric(perMessage(ledgerObjects[:k]), "ledger-objects/message-first-fifth")
-		b.ReportMetric(perMessage(ledgerObjects[batches-k:]), "ledger-objects/message-last-fifth")
-		b.ReportMetric(perMessage(treeObjects[:k]), "branch-objects/message-first-fifth")
-		b.ReportMetric(perMessage(treeObjects[batches-k:]), "branch-objects/message-last-fifth")
+		// perMessage is the median push's count (of) per message.
+		perMessage := func(pushes []pushed, of func(pushed) int64) float64 {
+			var xs []int64
+			for _, p := range pushes {
+				xs = append(xs, of(p))
+			}
+			return float64(median(xs)) / float64(maxBatch())
+		}
+		objects := func(p pushed) int64 { return p.objects }
+		size := func(p pushed) int64 { return p.size }
+		for branch, pushes := range map[string][]pushed{"ledger": ledgerNew, "branch": treeNew} {
+			for fifth, in := range map[string][]pushed{"first": pushes[:k], "last": pushes[batches-k:]} {
+				b.ReportMetric(perMessage(in, size), branch+"-B/message-"+fifth+"-fifth")
+				b.ReportMetric(perMessage(in, objects), branch+"-objects/message-"+fifth+"-fifth")
+			}
+		}
 		if f := stats(fresh).P50; last > 1.2*f {
 			b.Errorf("the long-lived clone's own time per batch in the last fifth, %.0f ms, is %.2fx a fresh clone's at the same moments (%.0f ms): more than 1.2x",
 				last, last/f, f)
@@ -285,10 +290,10 @@ func BenchmarkBatchHistory(b *testing.B) {
 		// group file and one folder of groups a message, and the message
 		// ids' files (2.2 objects a message on 2026-12-07; 3.9 when each
 		// record had a group of its own).
-		if last := perMessage(ledgerObjects[batches-k:]); last > 3 {
+		if last := perMessage(ledgerNew[batches-k:], objects); last > 3 {
 			b.Errorf("the ledger's new objects a message in the last fifth: %.2f, more than 3: an onboarding's records are in more than one group", last)
 		}
-		if first, last := perMessage(ledgerBytes[:k]), perMessage(ledgerBytes[batches-k:]); last > 2*first {
+		if first, last := perMessage(ledgerNew[:k], size), perMessage(ledgerNew[batches-k:], size); last > 2*first {
 			b.Errorf("the ledger's new objects a message grew from %.0f bytes (first fifth) to %.0f (last fifth): %.2fx, more than 2x",
 				first, last, last/first)
 		}
@@ -341,10 +346,13 @@ func (r *batchRun) heads(b testing.TB) heads {
 	return heads{main: f[0], ledger: f[1]}
 }
 
-// newObjects is the number and the size of the objects tip reaches and old
-// does not: what a push that moved a branch from old to tip gave the
-// server.
-func (r *batchRun) newObjects(b testing.TB, tip, old string) (objects, size int64) {
+// pushed is what a push gave the server on one branch: the number of new
+// objects and their size, uncompressed.
+type pushed struct{ objects, size int64 }
+
+// newObjects is the objects tip reaches and old does not: what a push that
+// moved a branch from old to tip gave the server.
+func (r *batchRun) newObjects(b testing.TB, tip, old string) (p pushed) {
 	b.Helper()
 	out, err := r.srv.Output("gitops.git", "rev-list", "--objects", tip, "^"+old)
 	if err != nil {
@@ -366,10 +374,10 @@ func (r *batchRun) newObjects(b testing.TB, tip, old string) (objects, size int6
 		if err != nil {
 			b.Fatalf("git cat-file: %q: %v", l, err)
 		}
-		objects++
-		size += n
+		p.objects++
+		p.size += n
 	}
-	return objects, size
+	return p
 }
 
 // median is the middle of xs (the lower one of an even count, as stats'
