@@ -295,13 +295,40 @@ func (g *group) render() []byte {
 }
 
 // each calls fn for every "key ms [value]" line of b, skipping comments.
-// Keys and values hold no ASCII blanks (names and message ids are escaped,
-// see escape and messageKey; release versions are checked before they get
-// here). Only those separate
-// fields, never Unicode white space as strings.Fields would: a name kept
-// as it is may hold U+00A0, U+0085, U+2028, U+3000 or invalid UTF-8, and
-// must stay one field. Lines have no length limit.
 func each(b []byte, fn func(key string, ms int64, value string)) error {
+	return lines(b, func(f []string) bool {
+		r, ok := fieldsRecord(f)
+		if ok {
+			fn(f[0], r.MS, r.Value)
+		}
+		return ok
+	})
+}
+
+// fieldsRecord is the record of a "key ms [value]" line's fields.
+func fieldsRecord(f []string) (Record, bool) {
+	if len(f) < 2 || len(f) > 3 {
+		return Record{}, false
+	}
+	ms, err := strconv.ParseInt(f[1], 10, 64)
+	if err != nil {
+		return Record{}, false
+	}
+	r := Record{MS: ms}
+	if len(f) == 3 {
+		r.Value = f[2]
+	}
+	return r, true
+}
+
+// lines calls fn with the fields of every line of b but blank lines and
+// comments, and fails at the first it refuses. Keys and values hold no
+// ASCII blanks (names and message ids are escaped, see escape and
+// messageKey; release versions are checked before they get here). Only
+// those separate fields, never Unicode white space as strings.Fields
+// would: a name kept as it is may hold U+00A0, U+0085, U+2028, U+3000 or
+// invalid UTF-8, and must stay one field. Lines have no length limit.
+func lines(b []byte, fn func(fields []string) bool) error {
 	for n := 1; len(b) > 0; n++ {
 		var raw []byte
 		raw, b, _ = bytes.Cut(b, []byte("\n"))
@@ -309,19 +336,9 @@ func each(b []byte, fn func(key string, ms int64, value string)) error {
 		if line == "" || strings.HasPrefix(line, "#") {
 			continue
 		}
-		f := strings.FieldsFunc(line, isBlank)
-		if len(f) < 2 || len(f) > 3 {
+		if !fn(strings.FieldsFunc(line, isBlank)) {
 			return fmt.Errorf("line %d: want \"<key> <unix ms> [value]\", got %q", n, line)
 		}
-		ms, err := strconv.ParseInt(f[1], 10, 64)
-		if err != nil {
-			return fmt.Errorf("line %d: want \"<key> <unix ms> [value]\", got %q", n, line)
-		}
-		value := ""
-		if len(f) == 3 {
-			value = f[2]
-		}
-		fn(f[0], ms, value)
 	}
 	return nil
 }

@@ -11,6 +11,7 @@
 // drops, see Prune):
 //
 //	targets/<h0>/<h1>/<h2>/<h3>           "key ms [value]" lines, sorted by key
+//	journal/<h0>/<seq>                    the same, or "key -", of one push of many records
 //	messages/<YYYYMMDDHH>/<MM><SS>        "id ms" lines, sorted by id, of 15 seconds' messages
 //	messages/<YYYYMMDDHH>/m<MM>/s<SS>     the same of one second, once its 15 seconds' file is full
 //	messages/<YYYYMMDDHH>/m<MM>/t<SS>/<cc> of 10 milliseconds, once its second's file is full
@@ -29,6 +30,11 @@
 // Pruning drops a whole hour folder once no message sent in that hour can
 // still be delivered, and old target records from the groups a commit
 // writes anyway.
+//
+// A push of many records (a batch of a backlog) puts them in the journal
+// instead, a file per first hex digit of their groups, and merges one
+// digit's journal into its groups: a target named in its digit's journal
+// reads as its latest line there (see journalDir and Squash).
 //
 // Versions before 2026-12-05 kept a target's record at
 // targets/<h0h1>/<h2h3> by the hash of its whole key, in folders of up to
@@ -68,9 +74,10 @@ type Reader interface {
 // Ledger is the ledger as one commit reads and changes it: each group is
 // read on first use, at most once. It is not safe for concurrent use.
 type Ledger struct {
-	r      Reader
-	groups map[string]*group // by path
-	err    error
+	r        Reader
+	groups   map[string]*group         // by path
+	journals map[string]*journalFolder // by digit
+	err      error
 
 	// Prune's state: the hour folders of the tree (listed once), and the
 	// bound below which every hour is forgotten.
@@ -90,7 +97,7 @@ type Record struct {
 // Open is the ledger of the tree r reads; nil r is an empty ledger.
 // Nothing is read until asked.
 func Open(r Reader) *Ledger {
-	return &Ledger{r: r, groups: map[string]*group{}}
+	return &Ledger{r: r, groups: map[string]*group{}, journals: map[string]*journalFolder{}}
 }
 
 // Err is the first error met reading a group: a read error, or a group
@@ -182,8 +189,12 @@ func (l *Ledger) messageGroup(id string, sent int64, sp span) *group {
 	return l.load(&group{path: p, ids: map[string]int64{}, kind: sp, sent: sent})
 }
 
-// Get returns target's record.
+// Get returns target's record: its latest journal entry, if a journal
+// file names it, or the newest of its places'.
 func (l *Ledger) Get(target string) (Record, bool) {
+	if e, ok := l.journal(target).latest(target); ok {
+		return e.r, !e.dropped
+	}
 	return record(target, l.places(target))
 }
 
@@ -205,18 +216,35 @@ func (l *Ledger) Touch(target string, ms int64) {
 // unless a newer one did.
 //
 // The record goes to target's own group, and leaves the groups where
-// earlier versions kept it (see places). When a group that may hold the
+// earlier versions kept it (see places) and the journal files that name
+// it (see Squash). When a group or a journal file that may hold the
 // record could not be read, nothing is recorded: Err says so.
 func (l *Ledger) Set(target string, ms int64, value string) {
-	gs := l.places(target)
-	if slices.ContainsFunc(gs, func(g *group) bool { return g.broken }) {
+	gs, j := l.places(target), l.journal(target)
+	if j.broken || slices.ContainsFunc(gs, func(g *group) bool { return g.broken }) {
 		return
 	}
 	next := Record{MS: ms, Value: value}
-	if last, ok := record(target, gs); ok && !newer(next, last) {
+	if last, ok := l.Get(target); ok && !newer(next, last) {
 		return
 	}
-	gs[0].targets[target] = next
+	l.put(target, gs, j, entry{r: next})
+}
+
+// put makes e target's record in its groups gs (its places) whatever they
+// hold, and takes it out of its journal folder j.
+func (l *Ledger) put(target string, gs []*group, j *journalFolder, e entry) {
+	j.forget(target)
+	if e.dropped {
+		for _, g := range gs {
+			if _, ok := g.targets[target]; ok {
+				delete(g.targets, target)
+				g.dirty = true
+			}
+		}
+		return
+	}
+	gs[0].targets[target] = e.r
 	gs[0].dirty = true
 	for _, g := range gs[1:] {
 		if _, ok := g.targets[target]; ok {
@@ -360,6 +388,18 @@ func (l *Ledger) Changes() map[string][]byte {
 			c[p] = b
 		} else if g.existed {
 			c[p] = nil
+		}
+	}
+	for _, f := range l.journals {
+		for _, jf := range f.files {
+			if !jf.dirty || f.broken {
+				continue
+			}
+			if b := renderJournal(jf.entries); b != nil {
+				c[jf.path] = b
+			} else if jf.existed {
+				c[jf.path] = nil
+			}
 		}
 	}
 	return c

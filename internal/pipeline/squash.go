@@ -1,13 +1,17 @@
 package pipeline
 
 import (
+	"bytes"
 	"fmt"
 	"maps"
+	"path"
 	"slices"
 	"strconv"
 	"strings"
 
 	"github.com/go-git/go-git/v5/plumbing"
+
+	"github.com/tenant-worker/tenant-worker/internal/ledger"
 )
 
 // ledgerRun is what the jobs of one attempt wrote on the ledger branch.
@@ -66,21 +70,26 @@ func mergeChange(into, change map[string][]byte) {
 }
 
 // squashLedger replaces the jobs' ledger commits by one commit of their
-// merged change on the same parent, with the same tree, and points their
-// results at it. When the trees differ (which the merge rules out) the
-// jobs' own commits are pushed: correct, only larger.
+// merged change on the same parent, and points their results at it. A
+// change of many records goes to the ledger's journal (ledger.Squash),
+// checked to read as the jobs left it; any other, with the same tree as
+// the jobs' last commit. When that does not hold (which the merge rules
+// out) the jobs' own commits are pushed: correct, only larger.
 func (b *batch) squashLedger() error {
 	if len(b.ledger.commits) < 2 {
 		return nil
 	}
 	msg := fmt.Sprintf("Ledger: %d messages\n\n%s\n", len(b.ledger.subjects), strings.Join(b.ledger.subjects, "\n"))
-	c, err := b.p.repo.Commit(b.ledger.start, b.ledger.files, msg)
+	files, journaled := b.journal()
+	c, err := b.p.repo.Commit(b.ledger.start, files, msg)
 	if err != nil {
 		return fmt.Errorf("write the ledger's commit of the batch: %w", err)
 	}
-	same, err := b.sameTree(c, b.ledgerTip)
-	if err != nil || !same {
-		return err
+	if !journaled {
+		same, err := b.sameTree(c, b.ledgerTip)
+		if err != nil || !same {
+			return err
+		}
 	}
 	for i := range b.results {
 		if b.ledger.commits[b.results[i].Commit] {
@@ -90,6 +99,45 @@ func (b *batch) squashLedger() error {
 	b.ledgerTip = c
 	b.p.repo.Forget(slices.Collect(maps.Keys(b.ledger.commits))...)
 	return nil
+}
+
+// journal is the batch's change of the ledger as ledger.Squash writes
+// it, and whether it differs from the jobs' own: their change when it
+// cannot be read (ledger.Squash says why; the jobs' change is as good).
+func (b *batch) journal() (map[string][]byte, bool) {
+	root := b.p.opts.Layout.Root
+	inRoot, other := map[string][]byte{}, map[string][]byte{}
+	for p, c := range b.ledger.files {
+		if rel, ok := belowRoot(root, p); ok {
+			inRoot[rel] = c
+		} else {
+			other[p] = c
+		}
+	}
+	base, err := b.p.repo.Snapshot(b.ledger.start)
+	if err != nil {
+		return b.ledger.files, false
+	}
+	tip, err := b.p.repo.Snapshot(b.ledgerTip)
+	if err != nil {
+		return b.ledger.files, false
+	}
+	out, err := ledger.Squash(rooted{base, root}, rooted{tip, root}, inRoot)
+	if err != nil || maps.EqualFunc(out, inRoot, bytes.Equal) {
+		return b.ledger.files, false
+	}
+	files := b.underRoot(out)
+	maps.Copy(files, other)
+	return files, true
+}
+
+// belowRoot is p, a path of the ledger branch, relative to the layout's
+// root, and whether it is below it (underRoot's inverse).
+func belowRoot(root, p string) (string, bool) {
+	if root = path.Clean(root); root == "." {
+		return p, true
+	}
+	return strings.CutPrefix(p, root+"/")
 }
 
 // sameTree reports whether commits a and c hold the same tree.

@@ -412,6 +412,12 @@ func (r rooted) ReadDir(name string) ([]string, error) {
 	return r.snap.ReadDir(path.Join(r.root, name))
 }
 
+// FileID names a file's content, so that the ledger parses a file many
+// commits share once.
+func (r rooted) FileID(name string) (string, error) {
+	return r.snap.FileID(path.Join(r.root, name))
+}
+
 // underRoot puts a change of the ledger's records under the layout's root.
 func (b *batch) underRoot(files map[string][]byte) map[string][]byte {
 	out := make(map[string][]byte, len(files))

@@ -1,0 +1,244 @@
+package ledger
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"maps"
+	"slices"
+	"strings"
+)
+
+// journalMin is the fewest records a push must change for Squash to put
+// them in the journal: a push of a few messages writes their groups, as
+// the journal would only add files to read.
+const journalMin = 64
+
+// digits are the journal's folders, in the order a tie is broken.
+const digits = "0123456789abcdef"
+
+// Squash is change, the change of the ledger's tree from what base reads
+// to what tip reads (the commits of a batch's messages, one on the other,
+// merged), made into the change one push should carry; every target's
+// record comes out as tip has it. A change of fewer than journalMin
+// target records comes back as it is. Otherwise:
+//   - the records it changes of each first hex digit but one go to a new
+//     journal file of that digit (see journalDir); a record dropped (by
+//     Prune) as "-";
+//   - the records of that one digit, and those of every journal file of
+//     its folder, go to their groups, and its folder goes: the digit
+//     whose folder would hold the most files, so that none holds more
+//     than 16 when every push journals.
+//
+// Message groups' changes stay as they are. The result is read back
+// before it is returned: an error when a record would not come out as tip
+// has it, or when a file it needs does not read, and the caller pushes
+// change as it is.
+func Squash(base, tip Reader, change map[string][]byte) (map[string][]byte, error) {
+	keys, err := changedTargets(base, change)
+	if err != nil {
+		return nil, err
+	}
+	before, after := Open(base), Open(tip)
+	entries := map[string]entry{}
+	for k := range keys {
+		b, bok := before.Get(k)
+		a, aok := after.Get(k)
+		if bok != aok || a != b {
+			entries[k] = entry{r: a, dropped: !aok}
+		}
+	}
+	if err := errors.Join(before.Err(), after.Err()); err != nil {
+		return nil, err
+	}
+	if len(entries) < journalMin {
+		return change, nil
+	}
+
+	out := map[string][]byte{}
+	for p, c := range change {
+		if !within(p, targetsDir) && !within(p, journalDir) {
+			out[p] = c // message groups
+		}
+	}
+	byDigit := map[string]map[string]entry{}
+	for k, e := range entries {
+		d := digit(k)
+		if byDigit[d] == nil {
+			byDigit[d] = map[string]entry{}
+		}
+		byDigit[d][k] = e
+	}
+	l := Open(base)
+	merge, most := "", -1
+	for _, r := range digits {
+		d := string(r)
+		n := len(l.journalOf(d).files)
+		if byDigit[d] != nil {
+			n++
+		}
+		if n > most {
+			merge, most = d, n
+		}
+	}
+	for d, es := range byDigit {
+		if d != merge {
+			out[journalDir+"/"+d+"/"+l.journalOf(d).nextName()] = renderJournal(es)
+		}
+	}
+
+	// The merged digit: its journal's records, the latest of each, then
+	// this change's, into their groups.
+	f := l.journalOf(merge)
+	merged := map[string]entry{}
+	for _, jf := range f.files {
+		maps.Copy(merged, jf.entries)
+	}
+	maps.Copy(merged, byDigit[merge])
+	for _, k := range slices.Sorted(maps.Keys(merged)) {
+		l.put(k, l.places(k), f, merged[k])
+	}
+	if err := l.Err(); err != nil {
+		return nil, err
+	}
+	for p, c := range l.Changes() {
+		if within(p, targetsDir) {
+			out[p] = c
+		}
+	}
+	if len(f.files) > 0 {
+		out[journalDir+"/"+merge] = nil
+	}
+	if err := readsAsTip(base, out, after, keys, merged); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// changedTargets are the targets named in the files change writes or
+// deletes under targets/ and journal/, as base has them and as change
+// writes them.
+func changedTargets(base Reader, change map[string][]byte) (map[string]bool, error) {
+	keys := map[string]bool{}
+	for p, c := range change {
+		targets, journal := within(p, targetsDir), within(p, journalDir)
+		if !targets && !journal {
+			continue
+		}
+		for _, b := range [][]byte{c, nil} {
+			if b == nil {
+				old, err := base.ReadFile(p)
+				if errors.Is(err, fs.ErrNotExist) {
+					continue
+				} else if err != nil {
+					return nil, fmt.Errorf("read ledger %s: %w", p, err)
+				}
+				b = old
+			}
+			if err := namedIn(b, journal, keys); err != nil {
+				return nil, fmt.Errorf("%w: %s: %v", ErrCorrupt, p, err)
+			}
+		}
+	}
+	return keys, nil
+}
+
+// namedIn adds the targets file b names to keys.
+func namedIn(b []byte, journal bool, keys map[string]bool) error {
+	if journal {
+		m, err := parseJournal(b)
+		for k := range m {
+			keys[k] = true
+		}
+		return err
+	}
+	return each(b, func(key string, _ int64, _ string) { keys[canonical(key)] = true })
+}
+
+// readsAsTip checks that base with out applied gives every target of
+// keys and merged, and every target of the group files out writes, the
+// record tip gives it.
+func readsAsTip(base Reader, out map[string][]byte, tip *Ledger, keys map[string]bool, merged map[string]entry) error {
+	check := maps.Clone(keys)
+	for k := range merged {
+		check[k] = true
+	}
+	for p, c := range out {
+		if c != nil && within(p, targetsDir) {
+			if err := namedIn(c, false, check); err != nil {
+				return fmt.Errorf("%w: %s as squashed: %v", ErrCorrupt, p, err)
+			}
+		}
+	}
+	got := Open(newOverlay(base, out))
+	for _, k := range slices.Sorted(maps.Keys(check)) {
+		want, wok := tip.Get(k)
+		have, hok := got.Get(k)
+		if wok != hok || want != have {
+			return fmt.Errorf("the squashed ledger reads %s as %v (%v), not %v (%v)", k, have, hok, want, wok)
+		}
+	}
+	return errors.Join(tip.Err(), got.Err())
+}
+
+// within reports whether p is dir or below it.
+func within(p, dir string) bool {
+	return p == dir || strings.HasPrefix(p, dir+"/")
+}
+
+// overlay reads base with a change applied: nil deletes a file or a
+// folder, and no file is written below a folder deleted.
+type overlay struct {
+	base      Reader
+	change    map[string][]byte
+	deletions []string
+}
+
+func newOverlay(base Reader, change map[string][]byte) overlay {
+	o := overlay{base: base, change: change}
+	for p, c := range change {
+		if c == nil {
+			o.deletions = append(o.deletions, p)
+		}
+	}
+	return o
+}
+
+func (o overlay) deleted(p string) bool {
+	return slices.ContainsFunc(o.deletions, func(q string) bool { return within(p, q) })
+}
+
+func (o overlay) ReadFile(name string) ([]byte, error) {
+	if c, ok := o.change[name]; ok && c != nil {
+		return c, nil
+	}
+	if o.deleted(name) {
+		return nil, fmt.Errorf("read %s: %w", name, fs.ErrNotExist)
+	}
+	return o.base.ReadFile(name)
+}
+
+func (o overlay) ReadDir(name string) ([]string, error) {
+	names := map[string]bool{}
+	if !o.deleted(name) {
+		old, err := o.base.ReadDir(name)
+		if err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return nil, err
+		}
+		for _, n := range old {
+			if !o.deleted(name + "/" + n) {
+				names[n] = true
+			}
+		}
+	}
+	for p, c := range o.change {
+		if rest, ok := strings.CutPrefix(p, name+"/"); ok && c != nil {
+			first, _, _ := strings.Cut(rest, "/")
+			names[first] = true
+		}
+	}
+	if len(names) == 0 {
+		return nil, fmt.Errorf("read dir %s: %w", name, fs.ErrNotExist)
+	}
+	return slices.Sorted(maps.Keys(names)), nil
+}
