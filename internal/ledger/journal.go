@@ -15,27 +15,29 @@ import (
 // The journal is where a push of many records puts them first (see
 // Squash): one file a push for each first hex digit of their groups,
 //
-//	journal/<h0>/<seq>    "key ms [value]" lines, "key -" for a record dropped
+//	journal/<h0>/<seq>    "key ms [value]" lines, "- key ms" for a record dropped
 //
 // seq being eight decimal digits, one more than the folder's last. A
-// target's latest line in its digit's folder is its record (or, "-", its
-// absence), whatever its groups hold; a target no journal file names is
-// read from its groups. Each push of many records then merges one digit's
-// folder into its groups and deletes it, the fullest first.
+// target's latest line in its digit's folder is its record (or, "-", the
+// record it had was dropped), unless its groups hold a newer one (which
+// only a version before the journal writes); a target no journal file
+// names is read from its groups. Each push of many records then merges
+// one digit's folder into its groups and deletes it, the fullest first.
 //
-// Records spread over 65,536 groups by hash: a push of 500 onboardings
-// written to their groups rewrites some 470 of the 4,096 bottom folders
+// Records spread over 65,536 groups by hash: a push of 1,000 onboardings
+// written to their groups rewrites some 900 of the 4,096 bottom folders
 // and all 256 above them, and git's check on the server walks them again.
 // In the journal the same push writes 16 files, and the merge writes one
 // digit's groups, once for the records of up to 16 pushes: the folders a
-// push rewrites fall to about 240, and what it writes stays the same from
-// the first push of a backlog to the last.
+// push rewrites fall to about 270, and what it writes stays the same from
+// the 16th push of a backlog to the last.
 const journalDir = "journal"
 
 // journalSeqDigits is the width of a journal file's name.
 const journalSeqDigits = 8
 
-// entry is a journal line: a target's record, or that it was dropped.
+// entry is a journal line: a target's record, or that it was dropped
+// (r.MS the dropped record's send time).
 type entry struct {
 	r       Record
 	dropped bool
@@ -157,14 +159,17 @@ func (l *Ledger) readJournal(p string) (map[string]entry, error) {
 	return m, nil
 }
 
-// parseJournal reads a journal file: "key ms [value]" and "key -" lines.
-// Of two lines naming one target, the later counts.
+// parseJournal reads a journal file: "key ms [value]" and "- key ms"
+// lines. Of two lines naming one target, the later counts.
 func parseJournal(b []byte) (map[string]entry, error) {
 	m := map[string]entry{}
 	err := lines(b, func(f []string) bool {
-		if len(f) == 2 && f[1] == "-" {
-			m[canonical(f[0])] = entry{dropped: true}
-			return true
+		if len(f) == 3 && f[0] == "-" {
+			r, ok := fieldsRecord(f[1:])
+			if ok {
+				m[canonical(f[1])] = entry{r: r, dropped: true}
+			}
+			return ok
 		}
 		r, ok := fieldsRecord(f)
 		if ok {
@@ -173,7 +178,7 @@ func parseJournal(b []byte) (map[string]entry, error) {
 		return ok
 	})
 	if err != nil {
-		return nil, fmt.Errorf("%w (or \"<key> -\")", err)
+		return nil, fmt.Errorf("%w (or \"- <key> <unix ms>\")", err)
 	}
 	return m, nil
 }
@@ -184,11 +189,11 @@ func renderJournal(entries map[string]entry) []byte {
 		return nil
 	}
 	var b bytes.Buffer
-	b.WriteString("# tenant-worker ledger: journal of a push, to be merged into targets/: key, send time (Unix ms, SQS SentTimestamp) of the last message applied to it, value; or key, - for a record dropped\n")
+	b.WriteString("# tenant-worker ledger: journal of a push, to be merged into targets/: key, send time (Unix ms, SQS SentTimestamp) of the last message applied to it, value; or -, key, send time of a record dropped\n")
 	for _, k := range slices.Sorted(maps.Keys(entries)) {
 		switch e := entries[k]; {
 		case e.dropped:
-			fmt.Fprintf(&b, "%s -\n", k)
+			fmt.Fprintf(&b, "- %s %d\n", k, e.r.MS)
 		case e.r.Value != "":
 			fmt.Fprintf(&b, "%s %d %s\n", k, e.r.MS, e.r.Value)
 		default:

@@ -210,7 +210,7 @@ func TestAJournalEntryIsTheRecord(t *testing.T) {
 	l = commit(t, l, tr)
 	tr.files[journalDir+"/"+digit(a)+"/00000001"] = fmt.Appendf(nil, "# j\n%s %d\n", a, t0+10)
 	tr.files[journalDir+"/"+digit(a)+"/00000002"] = fmt.Appendf(nil, "%s %d\n", a, t0+20)
-	tr.files[journalDir+"/"+digit(b)+"/00000003"] = fmt.Appendf(nil, "%s -\n", b)
+	tr.files[journalDir+"/"+digit(b)+"/00000003"] = fmt.Appendf(nil, "- %s %d\n", b, t0)
 	l = Open(tr)
 	if r, ok := l.Get(a); !ok || r.MS != t0+20 {
 		t.Fatalf("a reads %v %v, want the latest journal line", r, ok)
@@ -282,5 +282,44 @@ func TestASquashThatWouldReadOtherwiseIsRefused(t *testing.T) {
 	keys, _ := changedTargets(base, change)
 	if err := readsAsTip(base, out, Open(tip), keys, nil); err == nil {
 		t.Fatal("a record changed by the squash was not found")
+	}
+}
+
+// TestANewerRecordAnOlderVersionWroteCounts: a version before the journal
+// writes only groups; a record it wrote after the journal's line (a
+// rollback, then forward again) counts over that line, dropped or not,
+// and survives the merge of its digit.
+func TestANewerRecordAnOlderVersionWroteCounts(t *testing.T) {
+	a, b := Tenant("a"), tenantWhere(t, func(k string) bool { return digit(k) == digit(Tenant("a")) && k != Tenant("a") })
+	tr := newTree()
+	l := Open(tr)
+	l.Touch(a, t0+50) // as the older version wrote them, after the journal
+	l.Touch(b, t0+50)
+	commit(t, l, tr)
+	dir := journalDir + "/" + digit(a) + "/"
+	for i := range 3 { // the fullest folder: the next push merges it
+		tr.files[fmt.Sprintf("%s%08d", dir, i+1)] = fmt.Appendf(nil, "%s %d\n- %s %d\n", a, t0+10, b, t0+20)
+	}
+	l = Open(tr)
+	if r, _ := l.Get(a); r.MS != t0+50 {
+		t.Fatalf("a reads %v, want the newer record of its group", r)
+	}
+	if r, ok := l.Get(b); !ok || r.MS != t0+50 {
+		t.Fatalf("b reads %v %v, want the newer record of its group, not the older one dropped", r, ok)
+	}
+	var jobs []func(*Ledger)
+	for i := range 100 {
+		jobs = append(jobs, onboard(fmt.Sprint("other", i), t0+100))
+	}
+	tip, change := batch(t, tr, jobs...)
+	out := squash(t, tr, tip, change)
+	if _, ok := out[strings.TrimSuffix(dir, "/")]; !ok {
+		t.Fatalf("the folder of a's digit was not merged: %v", slices.Sorted(maps.Keys(out)))
+	}
+	l = Open(tr)
+	for _, k := range []string{a, b} {
+		if r, ok := l.Get(k); !ok || r.MS != t0+50 {
+			t.Errorf("%s reads %v %v after the merge", k, r, ok)
+		}
 	}
 }

@@ -190,12 +190,15 @@ func (l *Ledger) messageGroup(id string, sent int64, sp span) *group {
 }
 
 // Get returns target's record: its latest journal entry, if a journal
-// file names it, or the newest of its places'.
+// file names it, or the newest of its places'. A record in its places
+// sent after the journal's (which only a version before the journal
+// writes there) is newer: it counts.
 func (l *Ledger) Get(target string) (Record, bool) {
-	if e, ok := l.journal(target).latest(target); ok {
+	r, ok := record(target, l.places(target))
+	if e, named := l.journal(target).latest(target); named && (!ok || r.MS <= e.r.MS) {
 		return e.r, !e.dropped
 	}
-	return record(target, l.places(target))
+	return r, ok
 }
 
 // Stale reports whether a message sent at ms is older than the last change

@@ -24,7 +24,7 @@ const digits = "0123456789abcdef"
 // target records comes back as it is. Otherwise:
 //   - the records it changes of each first hex digit but one go to a new
 //     journal file of that digit (see journalDir); a record dropped (by
-//     Prune) as "-";
+//     Prune) as "-" and its send time;
 //   - the records of that one digit, and those of every journal file of
 //     its folder, go to their groups, and its folder goes: the digit
 //     whose folder would hold the most files, so that none holds more
@@ -44,8 +44,11 @@ func Squash(base, tip Reader, change map[string][]byte) (map[string][]byte, erro
 	for k := range keys {
 		b, bok := before.Get(k)
 		a, aok := after.Get(k)
-		if bok != aok || a != b {
-			entries[k] = entry{r: a, dropped: !aok}
+		switch {
+		case aok && (!bok || a != b):
+			entries[k] = entry{r: a}
+		case bok && !aok:
+			entries[k] = entry{r: b, dropped: true}
 		}
 	}
 	if err := errors.Join(before.Err(), after.Err()); err != nil {
@@ -87,18 +90,23 @@ func Squash(base, tip Reader, change map[string][]byte) (map[string][]byte, erro
 		}
 	}
 
-	// The merged digit: its journal's records, the latest of each, then
-	// this change's, into their groups.
+	// The merged digit: the targets its journal and this change name go
+	// to their groups as tip reads them.
 	f := l.journalOf(merge)
-	merged := map[string]entry{}
+	merged := map[string]bool{}
 	for _, jf := range f.files {
-		maps.Copy(merged, jf.entries)
+		for k := range jf.entries {
+			merged[k] = true
+		}
 	}
-	maps.Copy(merged, byDigit[merge])
+	for k := range byDigit[merge] {
+		merged[k] = true
+	}
 	for _, k := range slices.Sorted(maps.Keys(merged)) {
-		l.put(k, l.places(k), f, merged[k])
+		r, ok := after.Get(k)
+		l.put(k, l.places(k), f, entry{r: r, dropped: !ok})
 	}
-	if err := l.Err(); err != nil {
+	if err := errors.Join(l.Err(), after.Err()); err != nil {
 		return nil, err
 	}
 	for p, c := range l.Changes() {
@@ -158,11 +166,9 @@ func namedIn(b []byte, journal bool, keys map[string]bool) error {
 // readsAsTip checks that base with out applied gives every target of
 // keys and merged, and every target of the group files out writes, the
 // record tip gives it.
-func readsAsTip(base Reader, out map[string][]byte, tip *Ledger, keys map[string]bool, merged map[string]entry) error {
+func readsAsTip(base Reader, out map[string][]byte, tip *Ledger, keys, merged map[string]bool) error {
 	check := maps.Clone(keys)
-	for k := range merged {
-		check[k] = true
-	}
+	maps.Copy(check, merged)
 	for p, c := range out {
 		if c != nil && within(p, targetsDir) {
 			if err := namedIn(c, false, check); err != nil {
