@@ -57,6 +57,17 @@ func targetPath(target string) string {
 	return digitsPath(bucket(groupName(target)))
 }
 
+// homeDigit is the journal folder of the targets whose group is at p (a
+// targetPath), and whether p is one: a former two-level path is no
+// target's own.
+func homeDigit(p string) (string, bool) {
+	rest, ok := strings.CutPrefix(p, targetsDir+"/")
+	if !ok || strings.Count(rest, "/") != 3 {
+		return "", false
+	}
+	return rest[:1], true
+}
+
 // earlierTargetPaths are where earlier versions kept the same record,
 // both named by the bucket of the whole key, so that a tenant's records
 // were in several files: keyed, in the same folders, by versions from

@@ -47,8 +47,30 @@ type entry struct {
 type journalFile struct {
 	path    string
 	entries map[string]entry // shared with parsedJournals until dirty
+	homes   homes            // shared with parsedJournals; read only
 	existed bool
 	dirty   bool
+}
+
+// homes are the targets a journal file names by their group's path
+// (targetPath), so that Prune finds those of a group it prunes without
+// hashing every line. A target taken out of the file may still be listed.
+type homes map[string][]string
+
+// homesOf are the homes of entries' targets.
+func homesOf(entries map[string]entry) homes {
+	h := homes{}
+	for k := range entries {
+		p := targetPath(k)
+		h[p] = append(h[p], k)
+	}
+	return h
+}
+
+// parsedJournal is a journal file's content, parsed.
+type parsedJournal struct {
+	entries map[string]entry
+	homes   homes
 }
 
 // journalFolder is one digit's folder: its files by name, oldest first.
@@ -72,8 +94,8 @@ type fileIDer interface {
 // batch's messages opens the ledger again, and reads the same files.
 var parsedJournals = struct {
 	sync.Mutex
-	m map[string]map[string]entry
-}{m: map[string]map[string]entry{}}
+	m map[string]parsedJournal
+}{m: map[string]parsedJournal{}}
 
 // parsedJournalsMax bounds parsedJournals: 16 folders of 16 files, twice.
 const parsedJournalsMax = 512
@@ -110,13 +132,13 @@ func (l *Ledger) journalOf(d string) *journalFolder {
 			l.fail(fmt.Errorf("%w: %s: not a journal file's name (%d decimal digits)", ErrCorrupt, p, journalSeqDigits))
 			return f
 		}
-		entries, err := l.readJournal(p)
+		parsed, err := l.readJournal(p)
 		if err != nil {
 			f.broken = true
 			l.fail(err)
 			return f
 		}
-		f.files = append(f.files, &journalFile{path: p, entries: entries, existed: true})
+		f.files = append(f.files, &journalFile{path: p, entries: parsed.entries, homes: parsed.homes, existed: true})
 	}
 	return f
 }
@@ -127,36 +149,37 @@ func journalName(name string) bool {
 }
 
 // readJournal reads and parses the journal file p, once per content.
-func (l *Ledger) readJournal(p string) (map[string]entry, error) {
+func (l *Ledger) readJournal(p string) (parsedJournal, error) {
 	var id string
 	if r, ok := l.r.(fileIDer); ok {
 		if i, err := r.FileID(p); err == nil {
 			id = i
 			parsedJournals.Lock()
-			m, ok := parsedJournals.m[id]
+			parsed, ok := parsedJournals.m[id]
 			parsedJournals.Unlock()
 			if ok {
-				return m, nil
+				return parsed, nil
 			}
 		}
 	}
 	b, err := l.r.ReadFile(p)
 	if err != nil {
-		return nil, fmt.Errorf("read ledger %s: %w", p, err)
+		return parsedJournal{}, fmt.Errorf("read ledger %s: %w", p, err)
 	}
 	m, err := parseJournal(b)
 	if err != nil {
-		return nil, fmt.Errorf("%w: %s: %v", ErrCorrupt, p, err)
+		return parsedJournal{}, fmt.Errorf("%w: %s: %v", ErrCorrupt, p, err)
 	}
+	parsed := parsedJournal{entries: m, homes: homesOf(m)}
 	if id != "" {
 		parsedJournals.Lock()
 		if len(parsedJournals.m) >= parsedJournalsMax {
 			clear(parsedJournals.m)
 		}
-		parsedJournals.m[id] = m
+		parsedJournals.m[id] = parsed
 		parsedJournals.Unlock()
 	}
-	return m, nil
+	return parsed, nil
 }
 
 // parseJournal reads a journal file: "key ms [value]" and "- key ms"
@@ -226,6 +249,19 @@ func (f *journalFolder) forget(target string) {
 		}
 		delete(jf.entries, target)
 	}
+}
+
+// homedAt are the targets f names whose group is at p.
+func (f *journalFolder) homedAt(p string) []string {
+	var ks []string
+	for _, jf := range f.files {
+		for _, k := range jf.homes[p] {
+			if _, ok := jf.entries[k]; ok && !slices.Contains(ks, k) {
+				ks = append(ks, k)
+			}
+		}
+	}
+	return ks
 }
 
 // nextName is the name of the file after f's last.

@@ -7,8 +7,9 @@
 // ref of its own points to (beside the branch Flux reads, and moved in the
 // same push; internal/gitops does the git side). A commit changes a few of
 // its files whatever the volume, and nothing is read but the files a
-// message names (and the earlier places of the expired records a prune
-// drops, see Prune):
+// message names, the journal folder of each of its records' first hex
+// digit (at most 16 small files, see journalDir), and the earlier places
+// of the expired records a prune drops (see Prune):
 //
 //	targets/<h0>/<h1>/<h2>/<h3>           "key ms [value]" lines, sorted by key
 //	journal/<h0>/<seq>                    the same, or "key -", of one push of many records
@@ -196,7 +197,10 @@ func (l *Ledger) messageGroup(id string, sent int64, sp span) *group {
 func (l *Ledger) Get(target string) (Record, bool) {
 	r, ok := record(target, l.places(target))
 	if e, named := l.journal(target).latest(target); named && (!ok || r.MS <= e.r.MS) {
-		return e.r, !e.dropped
+		if e.dropped {
+			return Record{}, false
+		}
+		return e.r, true
 	}
 	return r, ok
 }
@@ -309,16 +313,34 @@ func (l *Ledger) Note(id string, sent int64) {
 // made. It reads no other group but the earlier places of the records it
 // drops (see places: a copy there goes too, and its group is written and
 // pruned in turn; a corrupt file there is an error, as for a message's own
-// records), and prunes nothing else, so that a commit stays small; records
-// of targets that no commit touches stay until one does. Only two versions
+// records), and no other file but the journal folder of each group it
+// prunes (the record of a target whose group that is goes from the
+// journal too, as it would from the group had a batch written it there),
+// and prunes nothing else, so that a commit stays small; records of
+// targets that no commit touches stay until one does. Only two versions
 // writing one ledger (replicas during a rollout, a rollback and forward
-// again) or a hand edit leave such copies: Set takes a record out of its
-// other places.
+// again) or a hand edit leave copies at earlier places: Set takes a record
+// out of its other places, and so does Squash.
 func (l *Ledger) Prune(before int64) {
 	var work []*group
 	for _, g := range l.groups {
 		if g.dirty && !g.messages() {
 			work = append(work, g)
+		}
+	}
+	// drop takes k's copies older than before out of its places but g,
+	// whose own are dropped already: left alone, one would answer for k
+	// again (a replica of an earlier version wrote both). Each group is
+	// written, and pruned.
+	drop := func(k string, g *group) {
+		for _, o := range l.places(k) {
+			if c, ok := o.targets[k]; ok && o != g && c.MS < before {
+				delete(o.targets, k)
+				if !o.dirty {
+					o.dirty = true
+					work = append(work, o)
+				}
+			}
 		}
 	}
 	for len(work) > 0 {
@@ -329,16 +351,16 @@ func (l *Ledger) Prune(before int64) {
 				continue
 			}
 			delete(g.targets, k)
-			// A copy at another of k's places (a replica of an earlier
-			// version wrote both) that is as old goes too: left alone, it
-			// would answer for k again. Its group is written, and pruned.
-			for _, o := range l.places(k) {
-				if c, ok := o.targets[k]; ok && o != g && c.MS < before {
-					delete(o.targets, k)
-					if !o.dirty {
-						o.dirty = true
-						work = append(work, o)
-					}
+			drop(k, g)
+		}
+		// The records of g's targets that a journal holds go as they
+		// would from g: a batch wrote them there instead.
+		if d, ok := homeDigit(g.path); ok {
+			f := l.journalOf(d)
+			for _, k := range f.homedAt(g.path) {
+				if r, ok := l.Get(k); ok && r.MS < before {
+					f.forget(k)
+					drop(k, g)
 				}
 			}
 		}

@@ -85,8 +85,23 @@ func Squash(base, tip Reader, change map[string][]byte) (map[string][]byte, erro
 		}
 	}
 	for d, es := range byDigit {
-		if d != merge {
-			out[journalDir+"/"+d+"/"+l.journalOf(d).nextName()] = renderJournal(es)
+		if d == merge {
+			continue
+		}
+		out[journalDir+"/"+d+"/"+l.journalOf(d).nextName()] = renderJournal(es)
+		// A journaled target leaves the paths where earlier versions kept
+		// it, as Set has it do (a copy left there would make the next
+		// prune of that file drop what it would not have), and its own
+		// group too when that holds a record sent later, which would
+		// outrank the line (one a batch dropped, then set older).
+		for k, e := range es {
+			gs := l.places(k)
+			for i, g := range gs {
+				if c, ok := g.targets[k]; ok && (i > 0 || c.MS > e.r.MS) {
+					delete(g.targets, k)
+					g.dirty = true
+				}
+			}
 		}
 	}
 

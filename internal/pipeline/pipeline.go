@@ -562,7 +562,7 @@ func (b *batch) run(ctx context.Context) (again, error) {
 	if b.dryRun {
 		return "", nil
 	}
-	if err := b.timed(StepCommit, b.squashLedger); err != nil {
+	if err := b.timed(StepCommit, func() error { return b.squashLedger(ctx) }); err != nil {
 		return "", err
 	}
 	return b.pushRun(ctx)

@@ -2,6 +2,7 @@ package pipeline
 
 import (
 	"bytes"
+	"context"
 	"fmt"
 	"maps"
 	"path"
@@ -10,6 +11,7 @@ import (
 	"strings"
 
 	"github.com/go-git/go-git/v5/plumbing"
+	"github.com/rs/zerolog"
 
 	"github.com/tenant-worker/tenant-worker/internal/ledger"
 )
@@ -75,12 +77,16 @@ func mergeChange(into, change map[string][]byte) {
 // checked to read as the jobs left it; any other, with the same tree as
 // the jobs' last commit. When that does not hold (which the merge rules
 // out) the jobs' own commits are pushed: correct, only larger.
-func (b *batch) squashLedger() error {
+func (b *batch) squashLedger(ctx context.Context) error {
 	if len(b.ledger.commits) < 2 {
 		return nil
 	}
 	msg := fmt.Sprintf("Ledger: %d messages\n\n%s\n", len(b.ledger.subjects), strings.Join(b.ledger.subjects, "\n"))
-	files, journaled := b.journal()
+	files, journaled, err := b.journal()
+	if err != nil {
+		zerolog.Ctx(ctx).Warn().Err(err).Int("jobs", len(b.jobs)).
+			Msg("the batch's ledger records do not go to the journal; pushing them to their groups")
+	}
 	c, err := b.p.repo.Commit(b.ledger.start, files, msg)
 	if err != nil {
 		return fmt.Errorf("write the ledger's commit of the batch: %w", err)
@@ -102,9 +108,9 @@ func (b *batch) squashLedger() error {
 }
 
 // journal is the batch's change of the ledger as ledger.Squash writes
-// it, and whether it differs from the jobs' own: their change when it
-// cannot be read (ledger.Squash says why; the jobs' change is as good).
-func (b *batch) journal() (map[string][]byte, bool) {
+// it, and whether it differs from the jobs' own: their change, and why,
+// when it cannot be made (the jobs' change is as good, only larger).
+func (b *batch) journal() (map[string][]byte, bool, error) {
 	root := b.p.opts.Layout.Root
 	inRoot, other := map[string][]byte{}, map[string][]byte{}
 	for p, c := range b.ledger.files {
@@ -116,19 +122,22 @@ func (b *batch) journal() (map[string][]byte, bool) {
 	}
 	base, err := b.p.repo.Snapshot(b.ledger.start)
 	if err != nil {
-		return b.ledger.files, false
+		return b.ledger.files, false, fmt.Errorf("open the ledger at %s: %w", b.ledger.start, err)
 	}
 	tip, err := b.p.repo.Snapshot(b.ledgerTip)
 	if err != nil {
-		return b.ledger.files, false
+		return b.ledger.files, false, fmt.Errorf("open the ledger at %s: %w", b.ledgerTip, err)
 	}
 	out, err := ledger.Squash(rooted{base, root}, rooted{tip, root}, inRoot)
-	if err != nil || maps.EqualFunc(out, inRoot, bytes.Equal) {
-		return b.ledger.files, false
+	if err != nil {
+		return b.ledger.files, false, err
+	}
+	if maps.EqualFunc(out, inRoot, bytes.Equal) {
+		return b.ledger.files, false, nil
 	}
 	files := b.underRoot(out)
 	maps.Copy(files, other)
-	return files, true
+	return files, true, nil
 }
 
 // belowRoot is p, a path of the ledger branch, relative to the layout's
