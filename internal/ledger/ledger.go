@@ -314,8 +314,9 @@ func (l *Ledger) Note(id string, sent int64) {
 // drops (see places: a copy there goes too, and its group is written and
 // pruned in turn; a corrupt file there is an error, as for a message's own
 // records), and no other file but the journal folder of each group it
-// prunes (the record of a target whose group that is goes from the
-// journal too, as it would from the group had a batch written it there),
+// prunes and of each record it drops (the record of a target whose group
+// that is goes from the journal too, as it would from the group had a
+// batch written it there),
 // and prunes nothing else, so that a commit stays small; records of
 // targets that no commit touches stay until one does. Only two versions
 // writing one ledger (replicas during a rollout, a rollback and forward
@@ -331,16 +332,26 @@ func (l *Ledger) Prune(before int64) {
 	// drop takes k's copies older than before out of its places but g,
 	// whose own are dropped already: left alone, one would answer for k
 	// again (a replica of an earlier version wrote both). Each group is
-	// written, and pruned.
+	// written, and pruned. Its journal line goes too when as old, and its
+	// own group is pruned: a batch wrote the line there instead of in
+	// that group, which would have been written.
 	drop := func(k string, g *group) {
-		for _, o := range l.places(k) {
+		gs := l.places(k)
+		prune := func(o *group) {
+			if !o.dirty {
+				o.dirty = true
+				work = append(work, o)
+			}
+		}
+		for _, o := range gs {
 			if c, ok := o.targets[k]; ok && o != g && c.MS < before {
 				delete(o.targets, k)
-				if !o.dirty {
-					o.dirty = true
-					work = append(work, o)
-				}
+				prune(o)
 			}
+		}
+		if f := l.journal(k); expiredLine(f, k, before) {
+			f.forget(k)
+			prune(gs[0])
 		}
 	}
 	for len(work) > 0 {
@@ -358,8 +369,7 @@ func (l *Ledger) Prune(before int64) {
 		if d, ok := homeDigit(g.path); ok {
 			f := l.journalOf(d)
 			for _, k := range f.homedAt(g.path) {
-				if r, ok := l.Get(k); ok && r.MS < before {
-					f.forget(k)
+				if expiredLine(f, k, before) {
 					drop(k, g)
 				}
 			}
@@ -378,6 +388,14 @@ func (l *Ledger) Prune(before int64) {
 		return
 	}
 	l.hours = hours
+}
+
+// expiredLine reports whether k's latest line in f is a record older than
+// before: Prune drops it (a copy in a group sent later, which only a
+// version before the journal writes, is kept if not as old).
+func expiredLine(f *journalFolder, k string, before int64) bool {
+	e, ok := f.latest(k)
+	return ok && !e.dropped && e.r.MS < before
 }
 
 // expired reports whether a message sent at sent falls in an hour Prune

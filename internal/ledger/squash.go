@@ -85,23 +85,8 @@ func Squash(base, tip Reader, change map[string][]byte) (map[string][]byte, erro
 		}
 	}
 	for d, es := range byDigit {
-		if d == merge {
-			continue
-		}
-		out[journalDir+"/"+d+"/"+l.journalOf(d).nextName()] = renderJournal(es)
-		// A journaled target leaves the paths where earlier versions kept
-		// it, as Set has it do (a copy left there would make the next
-		// prune of that file drop what it would not have), and its own
-		// group too when that holds a record sent later, which would
-		// outrank the line (one a batch dropped, then set older).
-		for k, e := range es {
-			gs := l.places(k)
-			for i, g := range gs {
-				if c, ok := g.targets[k]; ok && (i > 0 || c.MS > e.r.MS) {
-					delete(g.targets, k)
-					g.dirty = true
-				}
-			}
+		if d != merge {
+			out[journalDir+"/"+d+"/"+l.journalOf(d).nextName()] = renderJournal(es)
 		}
 	}
 
@@ -120,6 +105,30 @@ func Squash(base, tip Reader, change map[string][]byte) (map[string][]byte, erro
 	for _, k := range slices.Sorted(maps.Keys(merged)) {
 		r, ok := after.Get(k)
 		l.put(k, l.places(k), f, entry{r: r, dropped: !ok})
+	}
+	// Any other target's copies that the batch took out of a group (a
+	// Set moved the record, a prune dropped it) leave it in the push too:
+	// a copy left would make the next prune of that file drop what it
+	// would not have, or answer again once the record it hid goes. So
+	// does a journaled target's copy in its own group sent later than
+	// its line, which would outrank it (a batch dropped the record, then
+	// set it older).
+	for _, k := range slices.Sorted(maps.Keys(keys)) {
+		if merged[k] {
+			continue
+		}
+		e, journaled := entries[k]
+		gs, tip := l.places(k), after.places(k)
+		for i, g := range gs {
+			c, ok := g.targets[k]
+			if !ok {
+				continue
+			}
+			if _, kept := tip[i].targets[k]; !kept || journaled && i == 0 && c.MS > e.r.MS {
+				delete(g.targets, k)
+				g.dirty = true
+			}
+		}
 	}
 	if err := errors.Join(l.Err(), after.Err()); err != nil {
 		return nil, err
