@@ -6,15 +6,20 @@ import (
 	"testing"
 )
 
-// TestSquashedAndUnsquashedAnswerAlikeUnderPrunes:
-// TestSquashedAndUnsquashedAnswerAlike's oracle with more prunes (several
-// a job, with different bounds), fewer tenants (so records meet in groups
-// and journal lines), and more batches (journal folders fill and merge).
-// Records start where one version kept them, and for odd seeds a second
-// copy in their own group, as a rollout leaves. (Written by the second
-// review of the journal.)
-func TestSquashedAndUnsquashedAnswerAlikeUnderPrunes(t *testing.T) {
-	for seed := range uint64(2) {
+// TestSquashedAndUnsquashedAnswerAlike: the same batches applied to two
+// ledgers, one squashed after every batch and one never: after every
+// batch, every target reads the same in both, and no squash falls back.
+// Records start where one version or another kept them (the whole key's
+// path, the former two-level path, their own group), and for odd seeds
+// with a second copy in their own group, as a rollout leaves; send times
+// tie, values differ at equal times, prunes of several bounds run in a
+// job, records are set older than one a batch dropped, held records are
+// used up, and journal folders fill and merge. (The reviews of the
+// journal found five orders where the two differed, each about records
+// older than the prune bound: the tests in journal_prune_test.go and
+// journal_review_test.go.)
+func TestSquashedAndUnsquashedAnswerAlike(t *testing.T) {
+	for seed := range uint64(3) {
 		rng := rand.New(rand.NewPCG(seed, 77))
 		base := newTree()
 		for i := range 200 {
