@@ -28,7 +28,10 @@ const digits = "0123456789abcdef"
 //   - the records of that one digit, and those of every journal file of
 //     its folder, go to their groups, and its folder goes: the digit
 //     whose folder would hold the most files, so that none holds more
-//     than 16 when every push journals.
+//     than 16 when every push journals;
+//   - the copies change takes out of groups (a record moved from the path
+//     of an earlier version, a copy a prune dropped) go from them too, so
+//     that the next prune of those files does what it would have done.
 //
 // Message groups' changes stay as they are. The result is read back
 // before it is returned: an error when a record would not come out as tip
