@@ -296,13 +296,18 @@ func (g *group) render() []byte {
 	keys := slices.Sorted(maps.Keys(g.targets))
 	b.WriteString(targetHeader(g.path, keys) + "\n")
 	for _, k := range keys {
-		if r := g.targets[k]; r.Value != "" {
-			fmt.Fprintf(&b, "%s %d %s\n", k, r.MS, r.Value)
-		} else {
-			fmt.Fprintf(&b, "%s %d\n", k, r.MS)
-		}
+		writeRecord(&b, k, g.targets[k])
 	}
 	return b.Bytes()
+}
+
+// writeRecord writes target's record as a "key ms [value]" line.
+func writeRecord(b *bytes.Buffer, target string, r Record) {
+	if r.Value != "" {
+		fmt.Fprintf(b, "%s %d %s\n", target, r.MS, r.Value)
+	} else {
+		fmt.Fprintf(b, "%s %d\n", target, r.MS)
+	}
 }
 
 // each calls fn for every "key ms [value]" line of b, skipping comments.

@@ -15,7 +15,7 @@ import (
 // The journal is where a push of many records puts them first (see
 // Squash): one file a push for each first hex digit of their groups,
 //
-//	journal/<h0>/<seq>    "key ms [value]" lines, "- key ms" for a record dropped
+//	journal/<h0>/<seq>    "key ms [value]" lines, "- key ms [value]" for a record dropped
 //
 // seq being eight decimal digits, one more than the folder's last. A
 // target's latest line in its digit's folder is its record (or, "-", the
@@ -100,11 +100,6 @@ var parsedJournals = struct {
 // parsedJournalsMax bounds parsedJournals: 16 folders of 16 files, twice.
 const parsedJournalsMax = 512
 
-// journal is target's digit's folder.
-func (l *Ledger) journal(target string) *journalFolder {
-	return l.journalOf(digit(target))
-}
-
 // journalOf is digit d's folder, read on first use.
 func (l *Ledger) journalOf(d string) *journalFolder {
 	if f, ok := l.journals[d]; ok {
@@ -182,12 +177,12 @@ func (l *Ledger) readJournal(p string) (parsedJournal, error) {
 	return parsed, nil
 }
 
-// parseJournal reads a journal file: "key ms [value]" and "- key ms"
-// lines. Of two lines naming one target, the later counts.
+// parseJournal reads a journal file: "key ms [value]" lines, and "- key
+// ms [value]" for a record dropped. Of two lines naming one target, the later counts.
 func parseJournal(b []byte) (map[string]entry, error) {
 	m := map[string]entry{}
 	err := lines(b, func(f []string) bool {
-		if len(f) == 3 && f[0] == "-" {
+		if len(f) > 1 && f[0] == "-" {
 			r, ok := fieldsRecord(f[1:])
 			if ok {
 				m[canonical(f[1])] = entry{r: r, dropped: true}
@@ -201,7 +196,7 @@ func parseJournal(b []byte) (map[string]entry, error) {
 		return ok
 	})
 	if err != nil {
-		return nil, fmt.Errorf("%w (or \"- <key> <unix ms>\")", err)
+		return nil, fmt.Errorf("%w (or \"- <key> <unix ms> [value]\")", err)
 	}
 	return m, nil
 }
@@ -212,16 +207,13 @@ func renderJournal(entries map[string]entry) []byte {
 		return nil
 	}
 	var b bytes.Buffer
-	b.WriteString("# tenant-worker ledger: journal of a push, to be merged into targets/: key, send time (Unix ms, SQS SentTimestamp) of the last message applied to it, value; or -, key, send time of a record dropped\n")
+	b.WriteString("# tenant-worker ledger: journal of a push, to be merged into targets/: key, send time (Unix ms, SQS SentTimestamp) of the last message applied to it, value; or -, then those of a record dropped\n")
 	for _, k := range slices.Sorted(maps.Keys(entries)) {
-		switch e := entries[k]; {
-		case e.dropped:
-			fmt.Fprintf(&b, "- %s %d\n", k, e.r.MS)
-		case e.r.Value != "":
-			fmt.Fprintf(&b, "%s %d %s\n", k, e.r.MS, e.r.Value)
-		default:
-			fmt.Fprintf(&b, "%s %d\n", k, e.r.MS)
+		e := entries[k]
+		if e.dropped {
+			b.WriteString("- ")
 		}
+		writeRecord(&b, k, e.r)
 	}
 	return b.Bytes()
 }

@@ -16,6 +16,21 @@ func bigBatch(prefix string, n int, ms int64, extra ...func(*Ledger)) []func(*Le
 	return jobs
 }
 
+// journaledTenant is the first id "<prefix><i>", i < n, of a tenant whose
+// record tr holds in a journal file, not in its group.
+func journaledTenant(t *testing.T, tr *tree, prefix string, n int) string {
+	t.Helper()
+	l := Open(tr)
+	for i := range n {
+		id := fmt.Sprint(prefix, i)
+		if _, ok := l.journal(Tenant(id)).latest(Tenant(id)); ok {
+			return id
+		}
+	}
+	t.Fatal("no journaled tenant")
+	return ""
+}
+
 // bothWays applies jobs to plain as they are, and to squashed followed by
 // Squash, as the pipeline does; it returns both trees' new state.
 func bothWays(t *testing.T, plain, squashed *tree, jobs ...func(*Ledger)) (*tree, *tree) {
@@ -41,18 +56,7 @@ func TestAPruneDropsJournaledRecordsAsFromTheirGroup(t *testing.T) {
 	plain, squashed := newTree(), newTree()
 	plain, squashed = bothWays(t, plain, squashed, bigBatch("a", 100, t0)...)
 
-	// a tenant of batch A whose records are in the journal, not merged
-	var x string
-	for i := range 100 {
-		id := fmt.Sprint("a", i)
-		if _, ok := Open(squashed).journal(Tenant(id)).latest(Tenant(id)); ok {
-			x = id
-			break
-		}
-	}
-	if x == "" {
-		t.Fatal("no journaled tenant")
-	}
+	x := journaledTenant(t, squashed, "a", 100)
 	job := func(l *Ledger) {
 		l.Touch(ReleaseIn("premium", x), t0+10_000)
 		l.Prune(t0 + 5_000)

@@ -149,17 +149,7 @@ func (r *countingReader) ReadFile(name string) ([]byte, error) {
 func TestAPruneReadsOnlyWhatItDrops(t *testing.T) {
 	plain, squashed := newTree(), newTree()
 	plain, squashed = bothWays(t, plain, squashed, bigBatch("a", 100, t0+5000)...)
-	var id string
-	for i := range 100 {
-		c := fmt.Sprint("a", i)
-		if _, ok := Open(squashed).journal(Tenant(c)).latest(Tenant(c)); ok {
-			id = c
-			break
-		}
-	}
-	if id == "" {
-		t.Fatal("no journaled tenant")
-	}
+	id := journaledTenant(t, squashed, "a", 100)
 	k := Tenant(id)
 	keyed, former := earlierTargetPaths(k)
 	job := func(l *Ledger) {

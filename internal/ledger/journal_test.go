@@ -9,6 +9,12 @@ import (
 	"testing"
 )
 
+// journal is target's journal folder, as l reads it.
+func (l *Ledger) journal(target string) *journalFolder {
+	_, j := l.lookup(target)
+	return j
+}
+
 // clone is a copy of t's files.
 func (t *tree) clone() *tree {
 	return &tree{files: maps.Clone(t.files)}
@@ -279,7 +285,7 @@ func TestASquashThatWouldReadOtherwiseIsRefused(t *testing.T) {
 			break
 		}
 	}
-	keys, _ := changedTargets(base, change)
+	keys, _ := changedTargets(Open(base), change)
 	if err := readsAsTip(base, out, Open(tip), keys, nil); err == nil {
 		t.Fatal("a record changed by the squash was not found")
 	}

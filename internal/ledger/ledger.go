@@ -12,7 +12,7 @@
 // of the expired records a prune drops (see Prune):
 //
 //	targets/<h0>/<h1>/<h2>/<h3>           "key ms [value]" lines, sorted by key
-//	journal/<h0>/<seq>                    the same, or "key -", of one push of many records
+//	journal/<h0>/<seq>                    the same, "- " before a record dropped, of one push of many records
 //	messages/<YYYYMMDDHH>/<MM><SS>        "id ms" lines, sorted by id, of 15 seconds' messages
 //	messages/<YYYYMMDDHH>/m<MM>/s<SS>     the same of one second, once its 15 seconds' file is full
 //	messages/<YYYYMMDDHH>/m<MM>/t<SS>/<cc> of 10 milliseconds, once its second's file is full
@@ -190,13 +190,27 @@ func (l *Ledger) messageGroup(id string, sent int64, sp span) *group {
 	return l.load(&group{path: p, ids: map[string]int64{}, kind: sp, sent: sent})
 }
 
-// Get returns target's record: its latest journal entry, if a journal
-// file names it, or the newest of its places'. A record in its places
+// lookup is where target's record may be: its places (see places) and its
+// group's journal folder.
+func (l *Ledger) lookup(target string) ([]*group, *journalFolder) {
+	gs := l.places(target)
+	d, _ := homeDigit(gs[0].path)
+	return gs, l.journalOf(d)
+}
+
+// Get returns target's record (see resolve).
+func (l *Ledger) Get(target string) (Record, bool) {
+	gs, j := l.lookup(target)
+	return resolve(target, gs, j)
+}
+
+// resolve is target's record: its latest journal entry, if a journal file
+// of j names it, or the newest of its places gs'. A record in its places
 // sent after the journal's (which only a version before the journal
 // writes there) is newer: it counts.
-func (l *Ledger) Get(target string) (Record, bool) {
-	r, ok := record(target, l.places(target))
-	if e, named := l.journal(target).latest(target); named && (!ok || r.MS <= e.r.MS) {
+func resolve(target string, gs []*group, j *journalFolder) (Record, bool) {
+	r, ok := record(target, gs)
+	if e, named := j.latest(target); named && (!ok || r.MS <= e.r.MS) {
 		if e.dropped {
 			return Record{}, false
 		}
@@ -227,34 +241,27 @@ func (l *Ledger) Touch(target string, ms int64) {
 // it (see Squash). When a group or a journal file that may hold the
 // record could not be read, nothing is recorded: Err says so.
 func (l *Ledger) Set(target string, ms int64, value string) {
-	gs, j := l.places(target), l.journal(target)
+	gs, j := l.lookup(target)
 	if j.broken || slices.ContainsFunc(gs, func(g *group) bool { return g.broken }) {
 		return
 	}
 	next := Record{MS: ms, Value: value}
-	if last, ok := l.Get(target); ok && !newer(next, last) {
+	if last, ok := resolve(target, gs, j); ok && !newer(next, last) {
 		return
 	}
-	l.put(target, gs, j, entry{r: next})
+	put(target, gs, j, entry{r: next})
 }
 
 // put makes e target's record in its groups gs (its places) whatever they
-// hold, and takes it out of its journal folder j.
-func (l *Ledger) put(target string, gs []*group, j *journalFolder, e entry) {
+// hold: in its own, the first, unless e is dropped, and in no other; and
+// takes it out of its journal folder j.
+func put(target string, gs []*group, j *journalFolder, e entry) {
 	j.forget(target)
-	if e.dropped {
-		for _, g := range gs {
-			if _, ok := g.targets[target]; ok {
-				delete(g.targets, target)
-				g.dirty = true
-			}
-		}
-		return
-	}
-	gs[0].targets[target] = e.r
-	gs[0].dirty = true
-	for _, g := range gs[1:] {
-		if _, ok := g.targets[target]; ok {
+	for i, g := range gs {
+		if i == 0 && !e.dropped {
+			g.targets[target] = e.r
+			g.dirty = true
+		} else if _, ok := g.targets[target]; ok {
 			delete(g.targets, target)
 			g.dirty = true
 		}
@@ -336,7 +343,7 @@ func (l *Ledger) Prune(before int64) {
 	// own group is pruned: a batch wrote the line there instead of in
 	// that group, which would have been written.
 	drop := func(k string, g *group) {
-		gs := l.places(k)
+		gs, f := l.lookup(k)
 		prune := func(o *group) {
 			if !o.dirty {
 				o.dirty = true
@@ -349,7 +356,7 @@ func (l *Ledger) Prune(before int64) {
 				prune(o)
 			}
 		}
-		if f := l.journal(k); expiredLine(f, k, before) {
+		if expiredLine(f, k, before) {
 			f.forget(k)
 			prune(gs[0])
 		}

@@ -24,7 +24,7 @@ const digits = "0123456789abcdef"
 // target records comes back as it is. Otherwise:
 //   - the records it changes of each first hex digit but one go to a new
 //     journal file of that digit (see journalDir); a record dropped (by
-//     Prune) as "-" and its send time;
+//     Prune) as its line after "- ";
 //   - the records of that one digit, and those of every journal file of
 //     its folder, go to their groups, and its folder goes: the digit
 //     whose folder would hold the most files, so that none holds more
@@ -38,14 +38,16 @@ const digits = "0123456789abcdef"
 // has it, or when a file it needs does not read, and the caller pushes
 // change as it is.
 func Squash(base, tip Reader, change map[string][]byte) (map[string][]byte, error) {
-	keys, err := changedTargets(base, change)
+	// l reads base, and once the change's records are known, becomes what
+	// the push writes.
+	l, after := Open(base), Open(tip)
+	keys, err := changedTargets(l, change)
 	if err != nil {
 		return nil, err
 	}
-	before, after := Open(base), Open(tip)
 	entries := map[string]entry{}
 	for k := range keys {
-		b, bok := before.Get(k)
+		b, bok := l.Get(k)
 		a, aok := after.Get(k)
 		switch {
 		case aok && (!bok || a != b):
@@ -54,7 +56,7 @@ func Squash(base, tip Reader, change map[string][]byte) (map[string][]byte, erro
 			entries[k] = entry{r: b, dropped: true}
 		}
 	}
-	if err := errors.Join(before.Err(), after.Err()); err != nil {
+	if err := errors.Join(l.Err(), after.Err()); err != nil {
 		return nil, err
 	}
 	if len(entries) < journalMin {
@@ -75,7 +77,6 @@ func Squash(base, tip Reader, change map[string][]byte) (map[string][]byte, erro
 		}
 		byDigit[d][k] = e
 	}
-	l := Open(base)
 	merge, most := "", -1
 	for _, r := range digits {
 		d := string(r)
@@ -107,7 +108,7 @@ func Squash(base, tip Reader, change map[string][]byte) (map[string][]byte, erro
 	}
 	for _, k := range slices.Sorted(maps.Keys(merged)) {
 		r, ok := after.Get(k)
-		l.put(k, l.places(k), f, entry{r: r, dropped: !ok})
+		put(k, l.places(k), f, entry{r: r, dropped: !ok})
 	}
 	// Any other target's copies that the batch took out of a group (a
 	// Set moved the record, a prune dropped it) leave it in the push too:
@@ -151,31 +152,36 @@ func Squash(base, tip Reader, change map[string][]byte) (map[string][]byte, erro
 }
 
 // changedTargets are the targets named in the files change writes or
-// deletes under targets/ and journal/, as base has them and as change
-// writes them.
-func changedTargets(base Reader, change map[string][]byte) (map[string]bool, error) {
+// deletes under targets/ and journal/, as change writes them and as l,
+// the ledger before it, reads them.
+func changedTargets(l *Ledger, change map[string][]byte) (map[string]bool, error) {
 	keys := map[string]bool{}
 	for p, c := range change {
-		targets, journal := within(p, targetsDir), within(p, journalDir)
-		if !targets && !journal {
+		journal := within(p, journalDir)
+		if !journal && !within(p, targetsDir) {
 			continue
 		}
-		for _, b := range [][]byte{c, nil} {
-			if b == nil {
-				old, err := base.ReadFile(p)
-				if errors.Is(err, fs.ErrNotExist) {
-					continue
-				} else if err != nil {
-					return nil, fmt.Errorf("read ledger %s: %w", p, err)
-				}
-				b = old
-			}
-			if err := namedIn(b, journal, keys); err != nil {
+		if c != nil {
+			if err := namedIn(c, journal, keys); err != nil {
 				return nil, fmt.Errorf("%w: %s: %v", ErrCorrupt, p, err)
 			}
 		}
+		if !journal {
+			for k := range l.targetGroup(p).targets {
+				keys[k] = true
+			}
+			continue
+		}
+		d, _, _ := strings.Cut(strings.TrimPrefix(p, journalDir+"/"), "/")
+		for _, jf := range l.journalOf(d).files {
+			if jf.path == p {
+				for k := range jf.entries {
+					keys[k] = true
+				}
+			}
+		}
 	}
-	return keys, nil
+	return keys, l.Err()
 }
 
 // namedIn adds the targets file b names to keys.

@@ -5,7 +5,6 @@ import (
 	"context"
 	"fmt"
 	"maps"
-	"path"
 	"slices"
 	"strconv"
 	"strings"
@@ -23,13 +22,14 @@ import (
 // the server receives and indexes that much less.
 type ledgerRun struct {
 	start    plumbing.Hash          // the ledger tip before the first job's commit
-	files    map[string][]byte      // every job's change, merged in the jobs' order
+	files    map[string][]byte      // every job's change, merged in the jobs' order, relative to the layout's root
 	commits  map[plumbing.Hash]bool // the jobs' commits
 	subjects []string               // a line per job
 }
 
 // keepLedger makes c, job's commit of records on the ledger branch, the
-// ledger's tip, and keeps its change for the squash.
+// ledger's tip, and keeps its change (records, as the ledger wrote it,
+// below the layout's root) for the squash.
 func (b *batch) keepLedger(c plumbing.Hash, records map[string][]byte, subject string, job Job) {
 	if c == b.ledgerTip {
 		return // nothing recorded
@@ -87,7 +87,7 @@ func (b *batch) squashLedger(ctx context.Context) error {
 		zerolog.Ctx(ctx).Warn().Err(err).Int("jobs", len(b.jobs)).
 			Msg("the batch's ledger records do not go to the journal; pushing them to their groups")
 	}
-	c, err := b.p.repo.Commit(b.ledger.start, files, msg)
+	c, err := b.p.repo.Commit(b.ledger.start, b.underRoot(files), msg)
 	if err != nil {
 		return fmt.Errorf("write the ledger's commit of the batch: %w", err)
 	}
@@ -108,18 +108,11 @@ func (b *batch) squashLedger(ctx context.Context) error {
 }
 
 // journal is the batch's change of the ledger as ledger.Squash writes
-// it, and whether it differs from the jobs' own: their change, and why,
-// when it cannot be made (the jobs' change is as good, only larger).
+// it, below the layout's root, and whether it differs from the jobs' own:
+// their change, and why, when it cannot be made (the jobs' change is as
+// good, only larger).
 func (b *batch) journal() (map[string][]byte, bool, error) {
 	root := b.p.opts.Layout.Root
-	inRoot, other := map[string][]byte{}, map[string][]byte{}
-	for p, c := range b.ledger.files {
-		if rel, ok := belowRoot(root, p); ok {
-			inRoot[rel] = c
-		} else {
-			other[p] = c
-		}
-	}
 	base, err := b.p.repo.Snapshot(b.ledger.start)
 	if err != nil {
 		return b.ledger.files, false, fmt.Errorf("open the ledger at %s: %w", b.ledger.start, err)
@@ -128,25 +121,11 @@ func (b *batch) journal() (map[string][]byte, bool, error) {
 	if err != nil {
 		return b.ledger.files, false, fmt.Errorf("open the ledger at %s: %w", b.ledgerTip, err)
 	}
-	out, err := ledger.Squash(rooted{base, root}, rooted{tip, root}, inRoot)
+	out, err := ledger.Squash(rooted{base, root}, rooted{tip, root}, b.ledger.files)
 	if err != nil {
 		return b.ledger.files, false, err
 	}
-	if maps.EqualFunc(out, inRoot, bytes.Equal) {
-		return b.ledger.files, false, nil
-	}
-	files := b.underRoot(out)
-	maps.Copy(files, other)
-	return files, true, nil
-}
-
-// belowRoot is p, a path of the ledger branch, relative to the layout's
-// root, and whether it is below it (underRoot's inverse).
-func belowRoot(root, p string) (string, bool) {
-	if root = path.Clean(root); root == "." {
-		return p, true
-	}
-	return strings.CutPrefix(p, root+"/")
+	return out, !maps.EqualFunc(out, b.ledger.files, bytes.Equal), nil
 }
 
 // sameTree reports whether commits a and c hold the same tree.

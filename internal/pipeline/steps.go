@@ -82,7 +82,7 @@ func (b *batch) applyJob(ctx context.Context, i int) {
 		return
 	}
 	if len(plan.Files) == 0 {
-		b.keepLedger(ledgerCommit, recorded, plan.Message, job)
+		b.keepLedger(ledgerCommit, plan.Ledger, plan.Message, job)
 		res.Commit = ledgerCommit // the commit that holds the record
 		b.pending[i] = true
 		return
@@ -134,7 +134,7 @@ func (b *batch) applyJob(ctx context.Context, i int) {
 		return
 	}
 	b.advance(commit, plan.Files, msg)
-	b.keepLedger(ledgerCommit, recorded, plan.Message, job)
+	b.keepLedger(ledgerCommit, plan.Ledger, plan.Message, job)
 	res.Commit = commit
 	if b.p.opts.Releases {
 		res.Releases = b.p.opts.Layout.Releases(before, plan.Files)

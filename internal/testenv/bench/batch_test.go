@@ -302,11 +302,12 @@ func BenchmarkBatchHistory(b *testing.B) {
 			}
 			return float64(sum) / float64(len(pushes)*maxBatch())
 		}
-		b.ReportMetric(cycle(ledgerNew[batches-32:batches-16]), "ledger-B/message-cycle-before-last")
-		b.ReportMetric(cycle(ledgerNew[batches-16:]), "ledger-B/message-last-cycle")
-		if first, last := cycle(ledgerNew[batches-32:batches-16]), cycle(ledgerNew[batches-16:]); last > 1.2*first {
+		earlier, later := cycle(ledgerNew[batches-32:batches-16]), cycle(ledgerNew[batches-16:])
+		b.ReportMetric(earlier, "ledger-B/message-cycle-before-last")
+		b.ReportMetric(later, "ledger-B/message-last-cycle")
+		if later > 1.2*earlier {
 			b.Errorf("the ledger's new objects a message grew from %.0f bytes (16 pushes) to %.0f (the next 16): %.2fx, more than 1.2x",
-				first, last, last/first)
+				earlier, later, later/earlier)
 		}
 	}
 }
