@@ -28,7 +28,7 @@ CONTROLPLANE  := $(TOOLS)/controlplane-$(CONTROLPLANE_STAMP)
 SHELL         := /bin/bash
 FUZZTIME      ?= 60s
 
-.PHONY: all build tools gitea controlplane debs run test test-deps vet fmt-check fuzz bench clean
+.PHONY: all build tools gitea controlplane debs deps run test test-deps vet fmt-check fuzz bench clean
 
 all: build
 
@@ -88,13 +88,25 @@ run: tools build
 # triggered by the git protocol, not the clock, so both must pass.
 FAULT_RUN     := $(GO) test -count=1 -run '^TestFaultRun$$' -v ./integration/ \
 		| grep -E '^(=== RUN|--- |PASS|FAIL|ok)|fault run:|_test.go'
-# What the tests run is built side by side: npm and apt wait on the network
-# while Gitea and the control plane compile.
+# What the tests run is built side by side: npm, apt and the module proxy
+# wait on the network while Gitea, the control plane and the worker's own
+# dependencies compile.
 test-deps:
-	$(MAKE) --no-print-directory -j4 tools gitea controlplane debs
+	$(MAKE) --no-print-directory -j5 tools gitea controlplane debs deps
 
+# The worker's modules, and its dependencies (the tests' too) compiled as
+# vet and the race detector's tests use them: on a fresh machine they
+# download and compile beside the tools instead of after them; with warm
+# caches this takes seconds.
+deps:
+	$(GO) mod download
+	@deps=$$($(GO) list -deps -test ./... | grep -v -e ' ' -e '\.test$$' -e "^$$($(GO) list -m)/"); \
+	$(GO) build $$deps && $(GO) build -race $$deps
+
+# The integration tests that wait on servers and control planes (not on the
+# clock) run side by side: -parallel 4 on 2 cores.
 test: test-deps vet fmt-check
-	$(GO) test -race -count=1 -timeout 30m -skip '^TestFaultRun$$' ./...
+	$(GO) test -race -count=1 -parallel 4 -timeout 30m -skip '^TestFaultRun$$' ./...
 	set -o pipefail; $(FAULT_RUN)
 	set -o pipefail; GOMAXPROCS=1 FAULT_SEND_EVERY=200us $(FAULT_RUN)
 

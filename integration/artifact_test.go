@@ -40,6 +40,7 @@ import (
 // of one folder is applied by that folder's Kustomization alone, with the
 // commit as its origin revision, and an offboarding is pruned.
 func TestShardArtifactsOnARealControlPlane(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	cp := startControlPlane(t, controlplane.Options{Flux: true,
 		KustomizeFlags: shardFlags(t)})
@@ -196,6 +197,7 @@ type applied struct{ commit string }
 // applies the tenant from the worker's archive, and prunes it after the
 // offboarding.
 func TestWorkerPublishesShardArtifacts(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	h := newHarness(t, false)
 	l := gitops.Layout{Root: templates.Root, Shards: 4, ShardKustomizations: true}
@@ -275,6 +277,7 @@ func TestWorkerPublishesShardArtifacts(t *testing.T) {
 // with one tenants Kustomization. The worker runs with the chart's
 // readiness and artifacts rules.
 func TestReadinessWithShardKustomizations(t *testing.T) {
+	t.Parallel()
 	h, _, resultsURL, c, kubeconfig := shardCluster(t)
 	h.tune = chain(chain(h.tune, publishing(t)), func(o *config.Options) {
 		o.Kubeconfig, o.ReadyTimeout = kubeconfig, 2*time.Minute
@@ -352,6 +355,7 @@ func shardFlags(t *testing.T) []string {
 // the offboarding's archive and the tenants Kustomization applied the
 // offboarding's commit. The tenant that stays is not touched.
 func TestAFolderBackToItsContentDuringAnApplyIsApplied(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	h, l, resultsURL, c, kubeconfig := shardCluster(t)
 	cp := c.ControlPlane

@@ -15,6 +15,7 @@ import (
 // reference script is there) and the backlog run, and the table shows them.
 // The figures themselves are the benchmark's business, not a test's.
 func TestBenchHarness(t *testing.T) {
+	t.Parallel()
 	opts := bench.Options{Sizes: []int{3, 20}, Onboard: 3, Floor: 2, Reference: 1, Backlog: 5, BacklogAt: 20,
 		Binary: workerBinary(t), SQSEndpint: sqsEndpoint, WorkDir: t.TempDir()}
 	if _, err := os.Stat("../../shared/bench/reference-onboard.sh"); err == nil {

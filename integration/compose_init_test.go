@@ -29,6 +29,7 @@ import (
 // The SSH variant (docker-compose.ssh.yaml) too: init makes a deploy key
 // and pins Gitea's host key, and a worker pushes with them.
 func TestComposeInitScripts(t *testing.T) {
+	t.Parallel()
 	g, err := gitea.Start(t.TempDir())
 	if err != nil {
 		t.Fatal(err)

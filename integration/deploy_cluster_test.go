@@ -30,6 +30,7 @@ import (
 // rendered. The only change to deploy/flux is where the chart comes from:
 // the test serves it over HTTP instead of ghcr.io's OCI registry.
 func TestWorkerDeploymentOnTheControlPlane(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, false)
 	c := startCluster(t, h)
 	ctx := context.Background()

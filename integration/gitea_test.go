@@ -19,6 +19,7 @@ import (
 // than the redrive limit would allow. Once the token file holds a token
 // that may push, the message goes through.
 func TestGiteaTokensAreCredentialProblems(t *testing.T) {
+	t.Parallel()
 	h := newHarnessOn(t, giteaServer, true)
 	g := h.gitea()
 	tokenFile := filepath.Join(t.TempDir(), "token")
@@ -86,6 +87,7 @@ func TestGiteaTokensAreCredentialProblems(t *testing.T) {
 // worker runs (Gitea answers the old URL with 301); the worker keeps
 // pushing, and Gitea's own API shows its commits with their trailers.
 func TestGiteaRenameAndAPI(t *testing.T) {
+	t.Parallel()
 	h := newHarnessOn(t, giteaServer, true)
 	g := h.gitea()
 	h.start()

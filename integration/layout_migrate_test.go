@@ -73,6 +73,7 @@ func (d *deletions) watch(t *testing.T, cp *controlplane.ControlPlane, gvr schem
 // deletion at any moment (watched from before the first apply), and every
 // HelmRelease keeps its uid.
 func TestLayoutMigrationKeepsEveryTenant(t *testing.T) {
+	t.Parallel()
 	const tenants = 100
 	ctx := context.Background()
 	srv, err := gitserver.Start(t.TempDir(), "127.0.0.1:0", "tok")
@@ -200,6 +201,7 @@ func TestLayoutMigrationKeepsEveryTenant(t *testing.T) {
 // ends resumed with no tenant left in its inventory, and an onboarding
 // after it is applied by its shard's Kustomization.
 func TestHandoverToShardKustomizationsKeepsEveryTenant(t *testing.T) {
+	t.Parallel()
 	const tenants = 100
 	ctx := context.Background()
 	h := newHarness(t, false)

@@ -314,6 +314,7 @@ func randomMessage(r *rand.Rand) (kind, body string) {
 // a time, and checks the outcome of each and the tree after each run
 // against the model. MODEL_SEEDS and MODEL_STEPS make it longer.
 func TestModel(t *testing.T) {
+	t.Parallel()
 	seeds, steps := 3, 40
 	if v, err := strconv.Atoi(os.Getenv("MODEL_SEEDS")); err == nil {
 		seeds = v

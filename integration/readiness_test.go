@@ -260,6 +260,7 @@ func waitReadiness(t *testing.T, h *harness, resultsURL, id string, timeout time
 // an offboarding, a release with no chart, and a tenant that never becomes
 // available.
 func TestReadinessOnARealControlPlane(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, false)
 	resultsURL := h.withResults()
 	c := startCluster(t, h)

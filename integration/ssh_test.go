@@ -92,6 +92,7 @@ func sshEnv(t *testing.T, target sshTarget, keyFile, passFile, knownHosts string
 // for its credentials with nothing pushed and nothing dead-lettered, and
 // the host key error says so.
 func TestSSHDeployKeys(t *testing.T) {
+	t.Parallel()
 	for _, s := range sshServers {
 		t.Run(string(s), func(t *testing.T) {
 			keyFile, pub := sshKeyPair(t, keyPassphrase)

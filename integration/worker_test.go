@@ -39,7 +39,10 @@ func sed(tmpl, id, version string) string {
 
 const kustomizationHead = "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nresources:\n  - dummy-configmap.yaml"
 
-func TestOnboardOffboardDeploy(t *testing.T) { onEachServer(t, testOnboardOffboardDeploy) }
+func TestOnboardOffboardDeploy(t *testing.T) {
+	t.Parallel()
+	onEachServer(t, testOnboardOffboardDeploy)
+}
 
 func testOnboardOffboardDeploy(t *testing.T, srv server) {
 	h := newHarnessOn(t, srv, true)
@@ -279,6 +282,7 @@ func testDuplicateMessageIsANoop(t *testing.T, srv server) {
 }
 
 func TestPushLosesRaceToImageAutomation(t *testing.T) {
+	t.Parallel()
 	onEachServer(t, testPushLosesRaceToImageAutomation)
 }
 
