@@ -30,6 +30,7 @@ import (
 	"github.com/tenant-worker/tenant-worker/internal/publish"
 	"github.com/tenant-worker/tenant-worker/internal/testenv/controlplane"
 	"github.com/tenant-worker/tenant-worker/internal/testenv/gitserver"
+	"github.com/tenant-worker/tenant-worker/internal/testenv/loopback"
 	"github.com/tenant-worker/tenant-worker/templates"
 )
 
@@ -321,12 +322,11 @@ func shardCluster(t *testing.T) (h *harness, l gitops.Layout, resultsURL string,
 // free loopback port.
 func publishing(t *testing.T) func(*config.Options) {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	port, err := loopback.FreePort() // never a port another test's listener gets
 	if err != nil {
 		t.Fatal(err)
 	}
-	addr := ln.Addr().String()
-	ln.Close()
+	addr := fmt.Sprintf("127.0.0.1:%d", port)
 	return func(o *config.Options) { o.ArtifactAddr, o.ArtifactURL = addr, "http://"+addr }
 }
 
@@ -494,11 +494,11 @@ type holdingProxy struct {
 
 func newHoldingProxy(t *testing.T) *holdingProxy {
 	t.Helper()
-	backend, err := net.Listen("tcp", "127.0.0.1:0")
+	port, err := loopback.FreePort() // the worker's, once it starts: no other listener gets it
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := &holdingProxy{backend: backend.Addr().String(), held: make(chan struct{}), released: make(chan struct{})}
+	p := &holdingProxy{backend: fmt.Sprintf("127.0.0.1:%d", port), held: make(chan struct{}), released: make(chan struct{})}
 	target := &url.URL{Scheme: "http", Host: p.backend}
 	rp := httputil.NewSingleHostReverseProxy(target)
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -523,9 +523,6 @@ func newHoldingProxy(t *testing.T) *holdingProxy {
 		rp.ServeHTTP(rec, r)
 		t.Logf("GET %s: %d", r.URL.Path, rec.status)
 	}))
-	// The worker listens on the backend's port: closed only once the
-	// proxy has its own, which therefore cannot be the same.
-	backend.Close()
 	t.Cleanup(srv.Close)
 	t.Cleanup(p.release)
 	p.url = srv.URL

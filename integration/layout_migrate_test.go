@@ -201,7 +201,8 @@ func TestLayoutMigrationKeepsEveryTenant(t *testing.T) {
 // ends resumed with no tenant left in its inventory, and an onboarding
 // after it is applied by its shard's Kustomization.
 func TestHandoverToShardKustomizationsKeepsEveryTenant(t *testing.T) {
-	t.Parallel()
+	// Not side by side with others: its migration must run within the
+	// hold of an apply, which the API server bounds (holdWindow).
 	const tenants = 100
 	ctx := context.Background()
 	h := newHarness(t, false)

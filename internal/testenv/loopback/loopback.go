@@ -6,23 +6,79 @@ package loopback
 import (
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
 	"syscall"
 	"time"
 )
 
-// FreePort returns a TCP port on 127.0.0.1 that nothing listened on a
-// moment ago, for servers that must be told their port before they start.
+// FreePort returns a TCP port on 127.0.0.1 that nothing listens on, for
+// servers that must be told their port before they start. Between the
+// call and the server's bind the port is free, so it is taken from below
+// the kernel's ephemeral range (where a listener on port 0 never lands),
+// and no two calls of one process return the same port: tests side by side
+// cannot take each other's. Another process's call can, rarely; it starts
+// at a random point of the range.
 func FreePort() (int, error) {
+	ports.Lock()
+	defer ports.Unlock()
+	if ports.given == nil {
+		ports.lo, ports.hi = belowEphemeral()
+		ports.given = map[int]bool{}
+		if ports.hi > ports.lo {
+			ports.next = ports.lo + rand.IntN(ports.hi-ports.lo)
+		}
+	}
+	for range ports.hi - ports.lo {
+		p := ports.next
+		if ports.next++; ports.next >= ports.hi {
+			ports.next = ports.lo
+		}
+		if ports.given[p] {
+			continue
+		}
+		ln, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", p))
+		if err != nil {
+			continue
+		}
+		ln.Close()
+		ports.given[p] = true
+		return p, nil
+	}
+	// No range below the ephemeral one: any port the kernel has free.
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return 0, err
 	}
 	defer ln.Close()
 	return ln.Addr().(*net.TCPAddr).Port, nil
+}
+
+// ports is what FreePort has handed out, and where it looks next.
+var ports struct {
+	sync.Mutex
+	lo, hi, next int
+	given        map[int]bool
+}
+
+// belowEphemeral is the range FreePort takes ports from: up to 10,000
+// ports under the kernel's ephemeral range, above the privileged ones.
+func belowEphemeral() (lo, hi int) {
+	hi = 32768 // Linux's default
+	if b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range"); err == nil {
+		if f := strings.Fields(string(b)); len(f) == 2 {
+			if n, err := strconv.Atoi(f[0]); err == nil {
+				hi = n
+			}
+		}
+	}
+	return max(1024, hi-10000), hi
 }
 
 // Stop sends cmd's process SIGTERM and waits for done (closed or sent to
