@@ -19,8 +19,9 @@ GITEA         := $(GITEA_DIR)/gitea
 
 # A control plane for the readiness tests: etcd, kube-apiserver,
 # kube-controller-manager and Flux's source-, kustomize- and helm-controller,
-# built from their Go modules (build.sh). About 19 minutes cold on 2 cores
-# beside Gitea's build and the downloads; seconds with a warm Go build cache. The folder's name carries the
+# built from their Go modules (build.sh, the five side by side). About 20
+# minutes cold on 2 cores beside Gitea's build and the downloads; a minute
+# with a warm Go build cache. The folder's name carries the
 # versions (internal/testenv/controlplane.Stamp).
 CONTROLPLANE_STAMP := kv1.36.3-ev3.6.16-sv1.9.6-kv1.9.6-hv1.6.4
 CONTROLPLANE  := $(TOOLS)/controlplane-$(CONTROLPLANE_STAMP)
@@ -95,13 +96,15 @@ test-deps:
 	$(MAKE) --no-print-directory -j5 tools gitea controlplane debs deps
 
 # The worker's modules, and its dependencies (the tests' too) compiled as
-# vet and the race detector's tests use them: on a fresh machine they
-# download and compile beside the tools instead of after them; with warm
-# caches this takes seconds.
+# vet, the race detector's tests and `make build` (which a deploy test runs)
+# use them: on a fresh machine they download and compile beside the tools
+# instead of after them; with warm caches this takes seconds.
 deps:
 	$(GO) mod download
-	@deps=$$($(GO) list -deps -test ./... | grep -v -e ' ' -e '\.test$$' -e "^$$($(GO) list -m)/"); \
-	$(GO) build $$deps && $(GO) build -race $$deps
+	@self=$$($(GO) list -m); \
+	deps=$$($(GO) list -deps -test ./... | grep -v -e ' ' -e '\.test$$' -e "^$$self/"); \
+	$(GO) build $$deps && $(GO) build -race $$deps && \
+	CGO_ENABLED=0 $(GO) build -trimpath $$(CGO_ENABLED=0 $(GO) list -deps ./cmd/tenant-worker | grep -v "^$$self/")
 
 # The integration tests that wait on servers and control planes (not on the
 # clock) run side by side: -parallel 4 on 2 cores.
