@@ -19,9 +19,9 @@ GITEA         := $(GITEA_DIR)/gitea
 
 # A control plane for the readiness tests: etcd, kube-apiserver,
 # kube-controller-manager and Flux's source-, kustomize- and helm-controller,
-# built from their Go modules (build.sh, the five side by side). About 20
-# minutes cold on 2 cores beside Gitea's build and the downloads; a minute
-# with a warm Go build cache. The folder's name carries the
+# built from their Go modules (build.sh). About 36 minutes cold on 2 cores
+# beside Gitea's build and the downloads; a couple of minutes with a warm Go
+# build cache. The folder's name carries the
 # versions (internal/testenv/controlplane.Stamp).
 CONTROLPLANE_STAMP := kv1.36.3-ev3.6.16-sv1.9.6-kv1.9.6-hv1.6.4
 CONTROLPLANE  := $(TOOLS)/controlplane-$(CONTROLPLANE_STAMP)
@@ -82,8 +82,8 @@ run: tools build
 	$(BIN)/devstack
 
 # Everything under the race detector (the integration package, real servers
-# and control planes one after another, takes longer than go test's default
-# 10-minute timeout), then the fault run on its own (its
+# and control planes, can take longer than go test's default 10-minute
+# timeout on a busy machine), then the fault run on its own (its
 # workers are separate processes) so that its counts are printed: once as
 # is, once on one core with messages sent ten times faster. Its faults are
 # triggered by the git protocol, not the clock, so both must pass.
