@@ -278,11 +278,12 @@ func (h *harness) launchInProcess() {
 	if err != nil {
 		h.t.Fatal(err)
 	}
-	// The archives' port, chosen free and closed when the test set it, is
-	// taken again before the status page's: an ephemeral port for the
-	// status page could otherwise be that very port.
+	// The archives' port, when the worker publishes (ARTIFACT_URL), is
+	// taken before the worker starts, so that a failure to take it is the
+	// test's. Without ARTIFACT_URL the worker serves none: the default
+	// address (:8081), the same for every test, is left alone.
 	var artifactLn net.Listener
-	if opts.ArtifactAddr != "" {
+	if opts.ArtifactURL != "" {
 		if artifactLn, err = net.Listen("tcp", opts.ArtifactAddr); err != nil {
 			h.t.Fatalf("ARTIFACT_ADDR: %v", err)
 		}
