@@ -293,20 +293,16 @@ func (cp *ControlPlane) Close() {
 	cp.procs = nil
 }
 
+// freePorts is n ports of loopback.FreePort, which never hands out one
+// twice.
 func freePorts(n int) ([]int, error) {
 	ports := make([]int, n)
-	seen := map[int]bool{}
 	for i := range ports {
-		for {
-			p, err := loopback.FreePort()
-			if err != nil {
-				return nil, err
-			}
-			if !seen[p] {
-				seen[p], ports[i] = true, p
-				break
-			}
+		p, err := loopback.FreePort()
+		if err != nil {
+			return nil, err
 		}
+		ports[i] = p
 	}
 	return ports, nil
 }

@@ -51,13 +51,21 @@ func FreePort() (int, error) {
 		ports.given[p] = true
 		return p, nil
 	}
-	// No range below the ephemeral one: any port the kernel has free.
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
+	// No range below the ephemeral one: a port the kernel has free, not
+	// one handed out before.
+	for range 100 {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return 0, err
+		}
+		p := ln.Addr().(*net.TCPAddr).Port
+		ln.Close()
+		if !ports.given[p] {
+			ports.given[p] = true
+			return p, nil
+		}
 	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port, nil
+	return 0, errors.New("no free port on 127.0.0.1 that was not handed out before")
 }
 
 // ports is what FreePort has handed out, and where it looks next.
