@@ -105,3 +105,126 @@ func CheckLayoutTargets(results []LiveResult) (string, error) {
 	}
 	return b.String(), nil
 }
+
+// Targets of the single-message, Gitea and ledger runs, which
+// docs/performance.md describes and the README cites.
+const (
+	// TargetP50OverFloor and TargetP99OverFloor: a single message's p50
+	// and p99 against one file committed and pushed by the same code (the
+	// floor), at every size.
+	TargetP50OverFloor = 1.3
+	TargetP99OverFloor = 2.0
+	// TargetFlatness: p50 at 10,000 tenants over p50 at 10.
+	TargetFlatness = 1.5
+	// TargetBacklogPerSecond and TargetBacklogOverReference: the backlog
+	// at 1,000 tenants, changes a second and less time per tenant than the
+	// reference's steps.
+	TargetBacklogPerSecond     = 100
+	TargetBacklogOverReference = 30
+	// TargetRSSMB: the worker's peak RSS at 10,000 tenants.
+	TargetRSSMB = 150
+	// TargetSignedOverWorker: the p50 of a worker signing every commit
+	// against the plain one's.
+	TargetSignedOverWorker = 1.05
+	// TargetGiteaP50OverCLI and TargetGiteaP99OverCLI: the worker on Gitea
+	// against the git command line's own push to it.
+	TargetGiteaP50OverCLI = 1.0
+	TargetGiteaP99OverCLI = 1.5
+	// TargetLedgerOverEmpty: p50 with a full ledger against an empty one
+	// on the same server.
+	TargetLedgerOverEmpty = 1.1
+	// TargetLedgerBacklogPerSecond and TargetLedgerLastOverFirst: the
+	// long backlog, messages a second and its last window's rate against
+	// its first's.
+	TargetLedgerBacklogPerSecond = 100
+	TargetLedgerLastOverFirst    = 1.0
+)
+
+// verdicts is a report of targets met and missed.
+type verdicts struct {
+	b      strings.Builder
+	missed []string
+}
+
+func (v *verdicts) check(where, what string, met bool) {
+	verdict := "met"
+	if !met {
+		verdict = "MISSED"
+		v.missed = append(v.missed, where+": "+what)
+	}
+	fmt.Fprintf(&v.b, "%-26s %-58s %s\n", where, what, verdict)
+}
+
+func (v *verdicts) note(where, what string) { fmt.Fprintf(&v.b, "%-26s %s\n", where, what) }
+
+// CheckTargets compares the single-message, Gitea and ledger results of a
+// run with their targets. It returns the report, and an error naming every
+// missed target. A target whose numbers the run does not have (a size or a
+// part not run) is left out, never counted as met.
+func CheckTargets(results []SizeResult, gitea []GiteaResult, ledger *LedgerResult) (string, error) {
+	var v verdicts
+	bySize := map[int]SizeResult{}
+	for _, r := range results {
+		where := fmt.Sprintf("git, %d tenants", r.Tenants)
+		bySize[r.Tenants] = r
+		if r.Worker.N > 0 && r.Floor.N > 0 {
+			v.check(where, fmt.Sprintf("p50 %.2fx the floor's (<= %.1fx)", r.Worker.P50/r.Floor.P50, TargetP50OverFloor),
+				r.Worker.P50 <= TargetP50OverFloor*r.Floor.P50)
+			v.check(where, fmt.Sprintf("p99 %.2fx the floor's (<= %.1fx)", r.Worker.P99/r.Floor.P99, TargetP99OverFloor),
+				r.Worker.P99 <= TargetP99OverFloor*r.Floor.P99)
+		}
+		if r.Throughput > 0 {
+			v.check(where, fmt.Sprintf("backlog %.0f changes/s (>= %d)", r.Throughput, TargetBacklogPerSecond), r.Throughput >= TargetBacklogPerSecond)
+			if r.ThroughputRatio > 0 {
+				v.check(where, fmt.Sprintf("backlog %.0fx less time a tenant than the reference (>= %dx)", r.ThroughputRatio, TargetBacklogOverReference),
+					r.ThroughputRatio >= TargetBacklogOverReference)
+			}
+		}
+		if r.Tenants == 10000 && r.PeakRSSMB > 0 {
+			v.check(where, fmt.Sprintf("worker RSS %.0f MB (<= %d MB)", r.PeakRSSMB, TargetRSSMB), r.PeakRSSMB <= TargetRSSMB)
+		}
+		if r.Signed.N > 0 && r.Worker.N > 0 {
+			v.check(where, fmt.Sprintf("signed p50 %.3fx the plain one's (<= %.2fx)", r.SignedOverWorker, TargetSignedOverWorker),
+				r.SignedOverWorker <= TargetSignedOverWorker)
+		}
+	}
+	if small, large := bySize[10], bySize[10000]; small.Worker.N > 0 && large.Worker.N > 0 {
+		v.check("git, 10 and 10000 tenants", fmt.Sprintf("p50 at 10,000 %.2fx p50 at 10 (<= %.1fx)", large.Worker.P50/small.Worker.P50, TargetFlatness),
+			large.Worker.P50 <= TargetFlatness*small.Worker.P50)
+	}
+	for _, r := range gitea {
+		if r.Worker.N == 0 || r.CLIPush.N == 0 {
+			continue
+		}
+		where := fmt.Sprintf("Gitea, %d tenants", r.Tenants)
+		v.check(where, fmt.Sprintf("p50 %.2fx the git CLI's push (<= %.1fx)", r.Worker.P50/r.CLIPush.P50, TargetGiteaP50OverCLI),
+			r.Worker.P50 <= TargetGiteaP50OverCLI*r.CLIPush.P50)
+		v.check(where, fmt.Sprintf("p99 %.2fx the git CLI's (<= %.1fx)", r.Worker.P99/r.CLIPush.P99, TargetGiteaP99OverCLI),
+			r.Worker.P99 <= TargetGiteaP99OverCLI*r.CLIPush.P99)
+	}
+	if ledger != nil {
+		for _, l := range ledger.Latency {
+			if l.OverEmpty > 0 {
+				v.check(fmt.Sprintf("ledger, %s", l.Server), fmt.Sprintf("p50 with %d ids %.2fx the empty ledger's (<= %.1fx)", l.IDs, l.OverEmpty, TargetLedgerOverEmpty),
+					l.OverEmpty <= TargetLedgerOverEmpty)
+			}
+		}
+		for _, r := range ledger.Revisions {
+			v.check(fmt.Sprintf("ledger, %s", r.Server), fmt.Sprintf("main gained %d revisions for %d changes, no-ops none", r.MainRevisions, r.Changed), r.Equal)
+		}
+		if l := ledger.Backlog; l != nil {
+			where := fmt.Sprintf("ledger backlog, %s", l.Server)
+			v.check(where, fmt.Sprintf("%d %s at %.0f/s (>= %d/s)", l.Messages, l.Kind, l.PerSecond, TargetLedgerBacklogPerSecond), l.PerSecond >= TargetLedgerBacklogPerSecond)
+			if l.FirstPerSecond > 0 {
+				v.check(where, fmt.Sprintf("last %d at %.2fx the first's rate (>= %.0f)", l.Window, l.LastOverFirst, TargetLedgerLastOverFirst),
+					l.LastOverFirst >= TargetLedgerLastOverFirst)
+			} else {
+				v.note(where, fmt.Sprintf("last against first: not measured (a window of %d is less than a batch)", l.Window))
+			}
+		}
+	}
+	if len(v.missed) > 0 {
+		return v.b.String(), errors.New("targets missed: " + strings.Join(v.missed, "; "))
+	}
+	return v.b.String(), nil
+}

@@ -80,3 +80,77 @@ func TestCheckLayoutTargetsWhenTodaysLayoutTimedOut(t *testing.T) {
 		t.Error("a lower bound under 10x met the target")
 	}
 }
+
+// TestCheckTargets: every target of the single-message, Gitea and ledger
+// runs is met or missed by its own numbers, and one the run has no numbers
+// for is left out, not met.
+func TestCheckTargets(t *testing.T) {
+	st := func(p50, p99 float64) Stats { return Stats{N: 100, P50: p50, P99: p99} }
+	good := func() ([]SizeResult, []GiteaResult, *LedgerResult) {
+		return []SizeResult{
+				{Tenants: 10, Worker: st(40, 80), Floor: st(50, 70), Signed: st(41, 80), SignedOverWorker: 1.02},
+				{Tenants: 1000, Worker: st(45, 90), Floor: st(60, 90), Throughput: 170, ThroughputRatio: 110},
+				{Tenants: 10000, Worker: st(58, 110), Floor: st(150, 200), PeakRSSMB: 125},
+			}, []GiteaResult{{Tenants: 10, Worker: st(330, 450), CLIPush: st(540, 800)}},
+			&LedgerResult{
+				Latency:   []LedgerLatency{{Server: "gitea", IDs: 1000000, OverEmpty: 1.05}},
+				Revisions: []LedgerRevisions{{Server: "gitea", Changed: 500, MainRevisions: 500, Equal: true}},
+				Backlog:   &LedgerBacklog{Server: "gitea", Kind: "onboardings", Messages: 20000, PerSecond: 180, Window: 1000, FirstPerSecond: 150, LastPerSecond: 160, LastOverFirst: 1.07},
+			}
+	}
+	for _, tc := range []struct {
+		name   string
+		spoil  func([]SizeResult, []GiteaResult, *LedgerResult)
+		missed []string // substrings of the error; none: no error
+	}{
+		{"all met", func([]SizeResult, []GiteaResult, *LedgerResult) {}, nil},
+		{"p50 over the floor", func(r []SizeResult, _ []GiteaResult, _ *LedgerResult) { r[0].Worker.P50 = 70 }, []string{"git, 10 tenants: p50 1.40x the floor's"}},
+		{"p99 over the floor", func(r []SizeResult, _ []GiteaResult, _ *LedgerResult) { r[0].Worker.P99 = 150 }, []string{"git, 10 tenants: p99 2.14x"}},
+		{"not flat", func(r []SizeResult, _ []GiteaResult, _ *LedgerResult) { r[2].Worker.P50 = 73 }, []string{"p50 at 10,000 1.82x p50 at 10"}},
+		{"slow backlog", func(r []SizeResult, _ []GiteaResult, _ *LedgerResult) { r[1].Throughput, r[1].ThroughputRatio = 90, 20 },
+			[]string{"backlog 90 changes/s", "backlog 20x less time"}},
+		{"memory", func(r []SizeResult, _ []GiteaResult, _ *LedgerResult) { r[2].PeakRSSMB = 190 }, []string{"worker RSS 190 MB"}},
+		{"signing", func(r []SizeResult, _ []GiteaResult, _ *LedgerResult) { r[0].SignedOverWorker = 1.14 }, []string{"signed p50 1.140x"}},
+		{"Gitea", func(_ []SizeResult, g []GiteaResult, _ *LedgerResult) { g[0].Worker = st(560, 1300) },
+			[]string{"Gitea, 10 tenants: p50 1.04x", "Gitea, 10 tenants: p99 1.62x"}},
+		{"ledger", func(_ []SizeResult, _ []GiteaResult, l *LedgerResult) {
+			l.Latency[0].OverEmpty, l.Revisions[0].Equal, l.Revisions[0].MainRevisions = 1.12, false, 750
+			l.Backlog.PerSecond, l.Backlog.LastOverFirst = 87, 0.79
+		}, []string{"1000000 ids 1.12x", "main gained 750 revisions for 500 changes", "at 87/s", "last 1000 at 0.79x"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r, g, l := good()
+			tc.spoil(r, g, l)
+			report, err := CheckTargets(r, g, l)
+			if len(tc.missed) == 0 && err != nil {
+				t.Errorf("error %v\n%s", err, report)
+			}
+			for _, m := range tc.missed {
+				if err == nil || !strings.Contains(err.Error(), m) {
+					t.Errorf("error %v, want it to name %q\n%s", err, m, report)
+				}
+			}
+			if err != nil && strings.Count(err.Error(), "; ")+1 != len(tc.missed) {
+				t.Errorf("error %v names other targets than %q", err, tc.missed)
+			}
+		})
+	}
+
+	// Numbers a run does not have are not met: a run of 10 tenants alone
+	// checks no flatness, memory or backlog, and a backlog window under a
+	// batch no last against first.
+	r, _, l := good()
+	l.Backlog.FirstPerSecond, l.Backlog.LastOverFirst = 0, 0
+	report, err := CheckTargets(r[:1], nil, l)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, absent := range []string{"p50 at 10,000", "RSS", "backlog 1", "Gitea"} {
+		if strings.Contains(report, absent) {
+			t.Errorf("report checks %q, which the run did not measure:\n%s", absent, report)
+		}
+	}
+	if !strings.Contains(report, "last against first: not measured") {
+		t.Errorf("report does not say last against first was not measured:\n%s", report)
+	}
+}

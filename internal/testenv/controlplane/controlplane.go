@@ -192,9 +192,24 @@ func (cp *ControlPlane) start(ctx context.Context, o Options) error {
 	return nil
 }
 
+// TempDir is the temporary folder (TMPDIR) of the Flux controllers of the
+// control plane whose files are under dir.
+func TempDir(dir string) string { return filepath.Join(dir, "tmp") }
+
 // startFlux runs the three Flux controllers against this control plane.
 func (cp *ControlPlane) startFlux(o Options) error {
-	env := []string{"KUBECONFIG=" + cp.Kubeconfig, "RUNTIME_NAMESPACE=" + Namespace}
+	// Each control plane's controllers have a temporary folder of their
+	// own. kustomize-controller extracts every archive into
+	// $TMPDIR/kustomization-*, and at its start removes every such folder
+	// it finds there as left over by a crash: with /tmp shared, starting
+	// one control plane deleted the folder another one's
+	// kustomize-controller was building from, a parallel test's
+	// "kustomize build failed: must build at directory".
+	tmp := TempDir(cp.dir)
+	if err := os.MkdirAll(tmp, 0o755); err != nil {
+		return err
+	}
+	env := []string{"KUBECONFIG=" + cp.Kubeconfig, "RUNTIME_NAMESPACE=" + Namespace, "TMPDIR=" + tmp}
 	common := func(ports []int) []string {
 		return []string{"--enable-leader-election=false", "--watch-all-namespaces=true", "--log-level=info",
 			fmt.Sprintf("--metrics-addr=127.0.0.1:%d", ports[0]), fmt.Sprintf("--health-addr=127.0.0.1:%d", ports[1])}
