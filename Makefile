@@ -118,15 +118,15 @@ test: test-deps vet fmt-check
 # bench/results/<time>.json; then the time to live on a control plane with
 # Flux (-live=false skips it, -only live runs it alone). Every target of the
 # parts run is checked, and a missed one fails it (docs/performance.md).
-# Then the cost of one
-# signature by key kind, and a batch's cost by repository size and over a
-# backlog's history.
+# Then the cost of one signature by key kind, one message's cost to the
+# ledger by its volume, and a batch's cost by repository size and over a
+# backlog's history. A missed target of cmd/bench still lets the benchmarks
+# after it run; the run fails at the end.
 BENCH_FLAGS ?=
-# A missed target of cmd/bench still lets the benchmarks after it run; the
-# run fails at the end.
 bench: tools gitea controlplane build
 	@status=0; $(GO) run ./cmd/bench $(BENCH_FLAGS) || status=$$?; \
 	$(GO) test -run '^$$' -bench '^BenchmarkSign$$' ./internal/signing/ && \
+	$(GO) test -run '^$$' -bench '^BenchmarkNoteAtVolume$$' ./internal/ledger/ && \
 	$(GO) test -run '^$$' -bench '^BenchmarkBatchInShardFolders$$' -benchtime 10x ./internal/testenv/bench/ && \
 	$(GO) test -run '^$$' -bench '^BenchmarkBatchHistory$$' -benchtime 1x ./internal/testenv/bench/ && \
 	exit $$status

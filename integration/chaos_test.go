@@ -124,7 +124,8 @@ type chaos struct {
 	logs *syncBuffer
 	env  []string
 
-	pushes atomic.Int64 // pushes by workers that reached the server
+	pushes  atomic.Int64 // pushes by workers that reached the server
+	foreign atomic.Int64 // commits by another writer on the branch
 
 	mu      sync.Mutex
 	procs   map[string]*process // by git user name
@@ -484,8 +485,15 @@ func (c *chaos) foreignCommit(n int64, f fault) error {
 		// Declares nothing, but every collision check reads it.
 		file, content = "unrelated/notes.yaml", fmt.Sprintf("# push %d\n", n)
 	}
-	return c.h.git.WriteFile(repoName, "main", file, content, fmt.Sprintf("Foreign commit racing push %d", n))
+	if err := c.h.git.WriteFile(repoName, "main", file, content, fmt.Sprintf("%s%d", foreignSubject, n)); err != nil {
+		return err
+	}
+	c.foreign.Add(1)
+	return nil
 }
+
+// foreignSubject begins the subject of each commit of the other writer.
+const foreignSubject = "Foreign commit racing push "
 
 // serve lets git answer r and records the answer.
 func (c *chaos) serve(r *http.Request) *httptest.ResponseRecorder {

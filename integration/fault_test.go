@@ -161,6 +161,17 @@ func TestFaultRun(t *testing.T) {
 		}
 	}
 	h.checkInvariants(m, true)
+	// Nothing force-pushed: every commit of the other writer is in main's
+	// history.
+	foreign := 0
+	for _, subject := range strings.Split(h.gitOut("log", "--format=%s", "main"), "\n") {
+		if strings.HasPrefix(subject, foreignSubject) {
+			foreign++
+		}
+	}
+	if int64(foreign) != c.foreign.Load() || foreign == 0 {
+		t.Errorf("main's history holds %d of the other writer's %d commits", foreign, c.foreign.Load())
+	}
 	// Zero applied twice: no message id in two commits. A message whose
 	// change was in place already may have a commit that only records it
 	// in the ledger ("Already in place: ...").
