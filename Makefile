@@ -50,7 +50,7 @@ $(GITEA):
 	cp -r "$$($(GO) env GOMODCACHE)/code.gitea.io/gitea@v$(GITEA_VERSION)" $(GITEA_DIR).src
 	chmod -R u+w $(GITEA_DIR).src
 	mv $(GITEA_DIR).src $(GITEA_DIR)
-	cd $(GITEA_DIR) && $(GO) build -tags "sqlite sqlite_unlock_notify" -ldflags "-X main.Version=$(GITEA_VERSION)" -o gitea.tmp . && mv gitea.tmp gitea
+	cd $(GITEA_DIR) && $(GO) build -tags "sqlite sqlite_unlock_notify" -ldflags "-s -w -X main.Version=$(GITEA_VERSION)" -o gitea.tmp . && mv gitea.tmp gitea
 
 controlplane: $(CONTROLPLANE)/bin/helm-controller
 

@@ -16,6 +16,10 @@ HELM_VERSION=${HELM_VERSION:-v1.6.4}
 GO=${GO:-go}
 
 src=$out.src
+# Without the symbol table and DWARF, each binary links in about half the
+# time (Gitea: 15 -> 9 s with a warm build cache); stack traces still name
+# every function.
+strip="-s -w"
 rm -rf "$src" && mkdir -p "$src" "$out.tmp/bin" "$out.tmp/crds"
 modcache=$($GO env GOMODCACHE)
 export GOFLAGS=-mod=mod GOTOOLCHAIN=local
@@ -35,7 +39,7 @@ func main() { etcdmain.Main(os.Args) }
 GO
 (cd "$src/etcd" && $GO mod init controlplane/etcd >/dev/null 2>&1 &&
 	$GO get "go.etcd.io/etcd/server/v3@$ETCD_VERSION" >/dev/null 2>&1 &&
-	$GO build -o "$out.tmp/bin/etcd" .)
+	$GO build -ldflags "$strip" -o "$out.tmp/bin/etcd" .)
 echo "built etcd $ETCD_VERSION"
 
 # kube-apiserver and kube-controller-manager: k8s.io/kubernetes replaces its
@@ -68,7 +72,7 @@ import (
 GO
 major=${KUBE_VERSION#v}; major=${major%%.*}
 kminor=${KUBE_VERSION#v*.}; kminor=${kminor%%.*}
-ld=""
+ld=$strip
 for p in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
 	ld="$ld -X $p.gitVersion=$KUBE_VERSION -X $p.gitMajor=$major -X $p.gitMinor=$kminor"
 done
@@ -87,7 +91,7 @@ flux() {
 	chmod -R u+w "$src/$name"
 	(cd "$src/$name" &&
 		$GO mod edit -dropreplace "github.com/fluxcd/$name/api" "$@" &&
-		$GO build -o "$out.tmp/bin/$name" .)
+		$GO build -ldflags "$strip" -o "$out.tmp/bin/$name" .)
 	cp "$src/$name"/config/crd/bases/*.yaml "$out.tmp/crds/"
 	echo "built $name $version"
 }
