@@ -91,9 +91,9 @@ func TestCheckTargets(t *testing.T) {
 				{Tenants: 10, Worker: st(40, 80), Floor: st(50, 70), Signed: st(41, 80), SignedOverWorker: 1.02},
 				{Tenants: 1000, Worker: st(45, 90), Floor: st(60, 90), Throughput: 170, ThroughputRatio: 110},
 				{Tenants: 10000, Worker: st(58, 110), Floor: st(150, 200), PeakRSSMB: 125},
-			}, []GiteaResult{{Tenants: 10, Worker: st(330, 450), CLIPush: st(540, 800)}},
+			}, []GiteaResult{{Tenants: 10, Worker: st(330, 450), CLIPush: st(540, 800)}, {Tenants: 1000, Worker: st(320, 480), CLIPush: st(560, 1400), Throughput: 149}},
 			&LedgerResult{
-				Latency:   []LedgerLatency{{Server: "gitea", IDs: 1000000, OverEmpty: 1.05}},
+				Latency:   []LedgerLatency{{Server: "gitea", IDs: 0, OverEmpty: 1}, {Server: "gitea", IDs: 1000000, OverEmpty: 1.05}},
 				Revisions: []LedgerRevisions{{Server: "gitea", Changed: 500, MainRevisions: 500, Equal: true}},
 				Backlog:   &LedgerBacklog{Server: "gitea", Kind: "onboardings", Messages: 20000, PerSecond: 180, Window: 1000, FirstPerSecond: 150, LastPerSecond: 160, LastOverFirst: 1.07},
 			}
@@ -113,8 +113,9 @@ func TestCheckTargets(t *testing.T) {
 		{"signing", func(r []SizeResult, _ []GiteaResult, _ *LedgerResult) { r[0].SignedOverWorker = 1.14 }, []string{"signed p50 1.140x"}},
 		{"Gitea", func(_ []SizeResult, g []GiteaResult, _ *LedgerResult) { g[0].Worker = st(560, 1300) },
 			[]string{"Gitea, 10 tenants: p50 1.04x", "Gitea, 10 tenants: p99 1.62x"}},
+		{"slow backlog on Gitea", func(_ []SizeResult, g []GiteaResult, _ *LedgerResult) { g[1].Throughput = 65 }, []string{"Gitea, 1000 tenants: backlog 65 changes/s"}},
 		{"ledger", func(_ []SizeResult, _ []GiteaResult, l *LedgerResult) {
-			l.Latency[0].OverEmpty, l.Revisions[0].Equal, l.Revisions[0].MainRevisions = 1.12, false, 750
+			l.Latency[1].OverEmpty, l.Revisions[0].Equal, l.Revisions[0].MainRevisions = 1.12, false, 750
 			l.Backlog.PerSecond, l.Backlog.LastOverFirst = 87, 0.79
 		}, []string{"1000000 ids 1.12x", "main gained 750 revisions for 500 changes", "at 87/s", "last 1000 at 0.79x"}},
 	} {
@@ -152,5 +153,22 @@ func TestCheckTargets(t *testing.T) {
 	}
 	if !strings.Contains(report, "last against first: not measured") {
 		t.Errorf("report does not say last against first was not measured:\n%s", report)
+	}
+
+	// Compared with no empty ledger (-ledger-ids 1000000, or 100000 and
+	// 1000000), a ratio says nothing of the target; a backlog at another
+	// size than the targets' is not theirs.
+	r, _, l = good()
+	l.Latency = []LedgerLatency{{Server: "gitea", IDs: 100000, OverEmpty: 1}, {Server: "gitea", IDs: 1000000, OverEmpty: 1.3}}
+	r[1].Tenants = 10
+	r[1].Throughput, r[1].ThroughputRatio = 20, 5
+	report, err = CheckTargets(r[1:2], nil, l)
+	if err != nil {
+		t.Fatalf("%v\n%s", err, report)
+	}
+	for _, want := range []string{"no empty ledger to compare with", "its targets are at 1000 tenants"} {
+		if !strings.Contains(report, want) {
+			t.Errorf("report does not say %q:\n%s", want, report)
+		}
 	}
 }
