@@ -19,7 +19,7 @@ import (
 func seedTenants(t *testing.T, e env, n int) {
 	t.Helper()
 	repo, err := gitrepo.Open(context.Background(), gitrepo.Options{URL: e.srv.RepoURL("gitops.git"), Branch: "main", LedgerBranch: "tenant-worker/ledger", Token: "tok",
-		AuthorName: "seed", AuthorEmail: "seed@example.com"})
+		AuthorName: "seed", AuthorEmail: "seed@example.com", Timeout: scaleTimeout})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -46,12 +46,19 @@ func seedTenants(t *testing.T, e env, n int) {
 	}
 }
 
+// scaleTimeout bounds each git call of a repository of thousands of
+// tenants here. Under the race detector, beside the other packages' tests,
+// pushing a 10,000-file seed took more than the worker's default 30 s (CI,
+// 2026-12-07); how fast such a push or clone is belongs to make bench, not
+// to a test of what a redelivery does.
+const scaleTimeout = 10 * time.Minute
+
 // restart opens a new clone (in dir, or in memory) and pipeline, as a
 // restarted worker does.
 func restart(t *testing.T, e env, dir string) *Pipeline {
 	t.Helper()
 	repo, err := gitrepo.Open(context.Background(), gitrepo.Options{URL: e.srv.RepoURL("gitops.git"), Branch: "main", LedgerBranch: "tenant-worker/ledger", Token: "tok",
-		Dir: dir, AuthorName: "admin", AuthorEmail: "admin@example.com"})
+		Dir: dir, AuthorName: "admin", AuthorEmail: "admin@example.com", Timeout: scaleTimeout})
 	if err != nil {
 		t.Fatal(err)
 	}
