@@ -379,10 +379,13 @@ const staleLine = "stale: sent before the last change applied to what it names; 
 const heldLine = "held in the ledger until a message sent before it arrives"
 
 // outcome waits for the worker's log line about message id and returns it.
+// The wait is a safety net, not a speed target: with the tests side by
+// side on 2 cores, a lost race's second push to Gitea took over 20 s
+// (2026-12-07), so it is a minute.
 func (h *harness) outcome(id string) map[string]any {
 	h.t.Helper()
 	var line map[string]any
-	h.waitFor("outcome of message "+id, 20*time.Second, func() bool {
+	h.waitFor("outcome of message "+id, time.Minute, func() bool {
 		for _, l := range h.logs.lines("message_id", id) {
 			switch l["message"] {
 			case "tenant change pushed", "already carried out; nothing to push", "already carried out; recorded in the ledger",
