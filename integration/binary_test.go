@@ -142,7 +142,7 @@ func (h *harness) launchProcess(noWait bool, cloneDir string, shared *syncBuffer
 	if noWait {
 		return p, nil
 	}
-	deadline := time.Now().Add(20 * time.Second)
+	deadline := time.Now().Add(time.Minute) // a safety net, as the harness's outcome
 	for len(p.logs.lines("message", "consuming queue")) < 3 {
 		if time.Now().After(deadline) {
 			return nil, fmt.Errorf("worker did not start:\n%s", p.logs.String())

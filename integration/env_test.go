@@ -250,7 +250,7 @@ func (h *harness) gitea() *gitea.Server {
 func (h *harness) start() {
 	h.t.Helper()
 	h.launchInProcess()
-	h.waitFor("worker ready", 20*time.Second, func() bool {
+	h.waitFor("worker ready", time.Minute, func() bool { // a safety net, as outcome's
 		return h.httpGet("/readyz") == "ready\n"
 	})
 }
