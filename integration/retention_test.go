@@ -10,10 +10,9 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
-	"github.com/go-git/go-git/v5/plumbing"
 
-	"github.com/tenant-worker/tenant-worker/internal/gitrepo"
 	"github.com/tenant-worker/tenant-worker/internal/ledger"
+	"github.com/tenant-worker/tenant-worker/internal/testenv/bench"
 	"github.com/tenant-worker/tenant-worker/templates"
 )
 
@@ -75,16 +74,7 @@ func TestLedgerKeepsTheLongestRetention(t *testing.T) {
 			files[p] = b
 		}
 	}
-	repo, err := gitrepo.Open(ctx, gitrepo.Options{URL: h.git.RepoURL(repoName), Branch: "main", LedgerBranch: "tenant-worker/ledger",
-		Token: h.token, AuthorName: "admin", AuthorEmail: "admin@example.com"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	c, err := repo.Commit(plumbing.ZeroHash, files, "A ledger holding ids sent five and eight days ago\n")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := repo.PushRefs(ctx, gitrepo.Move{Old: repo.Head(), New: repo.Head()}, gitrepo.Move{New: c}); err != nil {
+	if err := bench.PrefillLedger(ctx, h.git.RepoURL(repoName), h.token, files, 2); err != nil {
 		t.Fatal(err)
 	}
 

@@ -315,10 +315,10 @@ func ledgerFiles(n int, now time.Time) map[string][]byte {
 	return c
 }
 
-// prefillLedger makes files the ledger branch of the repository at url, a
+// PrefillLedger makes files the ledger branch of the repository at url, a
 // commit with no parent, pushed with main left where it is (the branch did
-// not exist).
-func prefillLedger(ctx context.Context, url, token string, files map[string][]byte, n int) error {
+// not exist); n names the ids it holds in the commit's message.
+func PrefillLedger(ctx context.Context, url, token string, files map[string][]byte, n int) error {
 	repo, err := gitrepo.Open(ctx, gitrepo.Options{URL: url, Branch: "main", LedgerBranch: ledgerBranch, Token: token,
 		AuthorName: "bench", AuthorEmail: "bench@example.com", Timeout: 10 * time.Minute})
 	if err != nil {
@@ -412,7 +412,7 @@ func ledgerLatency(ctx context.Context, o LedgerOptions, api *sqs.Client, h ledg
 			return results(), fmt.Errorf("seed %s: %w", name, err)
 		}
 		start := time.Now()
-		if err := prefillLedger(ctx, h.url(name), h.token, fill(n), n); err != nil {
+		if err := PrefillLedger(ctx, h.url(name), h.token, fill(n), n); err != nil {
 			return results(), fmt.Errorf("pre-fill the ledger of %s: %w", name, err)
 		}
 		s := &side{res: LedgerLatency{Server: h.name, IDs: n, FillSeconds: time.Since(start).Seconds()}, watch: refWatcher{dir: h.path(name)}}
