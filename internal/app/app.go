@@ -236,7 +236,7 @@ func Run(ctx context.Context, c Config) error {
 		}
 	}
 	p := pipeline.New(repo, pipeline.Options{
-		Layout: gitops.Layout{Root: o.GitopsRoot}, MaxAttempts: o.PushAttempts, Retention: retention, Releases: cluster != nil,
+		Layout: gitops.Layout{Root: o.GitopsRoot}, MaxAttempts: o.PushAttempts, Retention: retention, Hold: o.Hold, Releases: cluster != nil,
 		Observer: observer,
 	})
 
@@ -308,11 +308,21 @@ func Run(ctx context.Context, c Config) error {
 	for _, c := range consumers {
 		wg.Go(func() { c.Run(ctx) })
 	}
+	wg.Go(func() { w.EndHolds(ctx, holdCheck(o.Hold, retention)) })
 	<-ctx.Done()
 	log.Info().Msg("shutting down: no new messages; finishing the ones in hand")
 	wg.Wait()
 	log.Info().Msg("stopped")
 	return nil
+}
+
+// holdCheck is how often the holds that ran out are looked for: a
+// twentieth of the hold, between a second and a minute.
+func holdCheck(hold, retention time.Duration) time.Duration {
+	if hold <= 0 || hold > retention {
+		hold = retention
+	}
+	return min(max(hold/20, time.Second), time.Minute)
 }
 
 // retry calls fn until it succeeds or ctx ends, backing off up to 30 s. A

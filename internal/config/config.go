@@ -63,6 +63,10 @@ type Options struct {
 	ProbeMaxDelay     time.Duration
 	ResultsQueue      string
 	RunHistory        int
+	// Hold is how long a message that, in send order, does not fit where
+	// its tenant is waits for a message sent before it; 0: the ledger's
+	// retention.
+	Hold time.Duration
 
 	// Readiness follows each pushed change into the cluster: "auto" when
 	// the worker has cluster access (in-cluster, or Kubeconfig), "off".
@@ -230,6 +234,7 @@ func (o *Options) BindGroups(fs *flag.FlagSet, getenv func(string) string, group
 		dur(&o.QueueStatsEvery, "queue-stats-interval", "QUEUE_STATS_INTERVAL", "how often queue and dead-letter depths are read for metrics")
 		dur(&o.ProbeMaxDelay, "probe-max-delay", "PROBE_MAX_DELAY", "longest pause between probes while git or the repository is at fault")
 		num(&o.RunHistory, "run-history", "RUN_HISTORY", "finished runs kept for the status page and /api/runs")
+		dur(&o.Hold, "hold", "HOLD", "how long a message that, in send order, does not fit where its tenant is (tier_conflict, tenant_not_found) waits for a message sent before it to arrive, then is rejected; 0: the longest MessageRetentionPeriod of the queues, the most it can be")
 		str(&o.Readiness, "readiness", "READINESS", "follow each pushed change into the cluster and publish a second result event (ready, failed, superseded, timeout): auto (with cluster access) or off")
 		str(&o.Kubeconfig, "kubeconfig", "KUBECONFIG", "kubeconfig of the cluster Flux runs in; in a pod the in-cluster configuration is used without it")
 		dur(&o.ReadyTimeout, "ready-timeout", "READY_TIMEOUT", "how long a pushed change may take to be ready before its readiness event says timeout")
@@ -348,6 +353,9 @@ func (o *Options) ValidateGroups(groups Group) error {
 	}
 	if o.VisibilityTimeout < time.Second || o.VisibilityTimeout > 12*time.Hour {
 		errs = append(errs, fmt.Errorf("SQS_VISIBILITY_TIMEOUT must be 1s to 12h, not %s", o.VisibilityTimeout))
+	}
+	if o.Hold < 0 {
+		errs = append(errs, fmt.Errorf("HOLD must be 0 (the queues' retention) or more, not %s", o.Hold))
 	}
 	if o.RunHistory < 1 || o.RunHistory > 100000 {
 		errs = append(errs, fmt.Errorf("RUN_HISTORY must be 1 to 100000, not %d", o.RunHistory))

@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/tenant-worker/tenant-worker/internal/ledger"
+	"github.com/tenant-worker/tenant-worker/internal/message"
+	"github.com/tenant-worker/tenant-worker/internal/reject"
 )
 
 // migrated imports the flat in-tree ledger files (as the version before
@@ -65,5 +67,57 @@ func TestTheEarlierHeldOnboardingToOneTierWins(t *testing.T) {
 				t.Errorf("t1 ends %s, want %s; outcomes: %s", where, tc.want, outcomes)
 			}
 		})
+	}
+}
+
+// TestHoldsEnd: a held message waits HOLD from its send time; then
+// EndHolds rejects it, reported with its reason, and it counts for nothing
+// whatever arrives later; a message that arrives in conflict once its hold
+// would have ended is rejected at once.
+func TestHoldsEnd(t *testing.T) {
+	m := seed(t)
+	at := func(s int) Stamp {
+		return Stamp{Now: t0.Add(time.Duration(s) * time.Second), Retention: 96 * time.Hour, Hold: 10 * time.Second}
+	}
+	endHolds := func(s int) Change {
+		t.Helper()
+		st := at(s)
+		st.Sent, st.Ledger = st.Now, records(m)
+		c, err := layout.PlanAt(FS{m}, message.Request{Kind: EndHolds}, st)
+		if err != nil {
+			t.Fatalf("end holds at %d: %v", s, err)
+		}
+		apply(m, c)
+		return c
+	}
+	if c, err := tryWith(t, m, onTo("t1", "premium", 1), at(1)); err != nil || outcome(c) != "applied" {
+		t.Fatalf("onboarding to premium: %v, %v", outcome(c), err)
+	}
+	if c, err := tryWith(t, m, onTo("t1", "basic", 3), at(4)); err != nil || !c.Held {
+		t.Fatalf("onboarding to basic: %v, %v, want held", outcome(c), err)
+	}
+	if c := endHolds(12); !c.Empty() || len(c.Resolved) > 0 {
+		t.Fatalf("a hold ended before its time: %+v", c)
+	}
+	c := endHolds(13)
+	if len(c.Resolved) != 1 || c.Resolved[0].Outcome != "rejected" || c.Resolved[0].Reason != reject.TierConflict ||
+		c.Resolved[0].MessageID != "on-t1-basic-3" || len(c.Files) > 0 {
+		t.Fatalf("end of the hold: %+v", c)
+	}
+	if c := endHolds(14); !c.Empty() {
+		t.Fatalf("a hold ended twice: %+v", c)
+	}
+	// The offboarding sent before it arrives: the tenant leaves premium and
+	// the rejected onboarding does not take it to basic.
+	if _, err := tryWith(t, m, offFrom("t1", "premium", 2), at(15)); err != nil {
+		t.Fatal(err)
+	}
+	if where := whereIs(m, "t1"); where != "nowhere" {
+		t.Fatalf("t1 is %s, want nowhere: a rejected onboarding took effect", where)
+	}
+	// A deployment to the absent tenant, past its hold when it arrives.
+	_, err := tryWith(t, m, depTenant("t1", "basic", "2.0", 4), at(20))
+	if r, ok := reject.As(err); !ok || r.Reason != reject.TenantNotFound {
+		t.Fatalf("a conflict past its hold: %v, want tenant_not_found", err)
 	}
 }

@@ -259,20 +259,59 @@ func TestPooledEnvsUnderAnotherKustomizationName(t *testing.T) {
 	}
 }
 
-// TestEqualSendTimesFollowTheHandlingOrder: the guarantees say
-// messages with equal send times "take effect in the order they are
-// handled". An onboarding to basic and the offboarding from premium, both
-// sent at 3, the onboarding handled first: in that order the onboarding
-// meets t1 in premium (tier_conflict, or held and then dropped) and the
-// offboarding removes t1. The worker holds the onboarding and the
-// offboarding completes it (it drops only held onboardings sent strictly
-// before it): t1 ends in basic.
-//
-// Expected: t1 ends nowhere, as the handling order leaves it.
-func TestEqualSendTimesFollowTheHandlingOrder(t *testing.T) {
+// TestEqualSendTimesAreOrderedByMessageID: SQS keeps milliseconds, so two
+// messages may share a send time; they are ordered by message id, which
+// does not depend on the order of arrival. "off-t1-premium-3" comes before
+// "on-t1-basic-3": the offboarding takes t1 out of premium, then the
+// onboarding puts it in basic, whichever arrives first.
+func TestEqualSendTimesAreOrderedByMessageID(t *testing.T) {
+	for _, arrivals := range [][]msg{
+		{onTo("t1", "premium", 1), onTo("t1", "basic", 3), offFrom("t1", "premium", 3)},
+		{onTo("t1", "premium", 1), offFrom("t1", "premium", 3), onTo("t1", "basic", 3)},
+	} {
+		m := seed(t)
+		outcomes := arrive(t, m, arrivals)
+		if where := whereIs(m, "t1"); where != "basic@0.0" {
+			t.Errorf("t1 ends %s, want basic@0.0; outcomes: %s", where, outcomes)
+		}
+	}
+}
+
+// The four histories of issue 44, each valid in send order and delivered
+// in an order that ended in another tree before the fold: the tree must
+// end as the send order leaves it, and nothing is refused.
+func TestALeaverIsNotLeftLive(t *testing.T) {
 	m := seed(t)
-	outcomes := arrive(t, m, []msg{onTo("t1", "premium", 1), onTo("t1", "basic", 3), offFrom("t1", "premium", 3)})
-	if where := whereIs(m, "t1"); where != "nowhere" {
+	on1, off2, on3, off4 := onTo("t1", "premium", 1), offFrom("t1", "premium", 2), onTo("t1", "basic", 3), offFrom("t1", "basic", 4)
+	outcomes := arrive(t, m, []msg{on1, off4, on3, off2})
+	if where := whereIs(m, "t1"); where != "nowhere" || strings.Contains(outcomes, "refused") {
 		t.Errorf("t1 ends %s, want nowhere; outcomes: %s", where, outcomes)
+	}
+}
+
+func TestARepeatThatTurnsOutFirstCreatesAgain(t *testing.T) {
+	m := seed(t)
+	on1, dep2, off3, on4 := onTo("t1", "premium", 1), depTenant("t1", "premium", "2.0", 2), offFrom("t1", "premium", 3), onTo("t1", "premium", 4)
+	outcomes := arrive(t, m, []msg{on1, on4, dep2, off3})
+	if where := whereIs(m, "t1"); where != "premium@0.0" || strings.Contains(outcomes, "refused") {
+		t.Errorf("t1 ends %s, want premium@0.0; outcomes: %s", where, outcomes)
+	}
+}
+
+func TestAnAppliedTenantDeploymentCarriesOver(t *testing.T) {
+	m := seed(t)
+	on1, off3, on7, dep8 := onTo("t1", "advanced", 1), offFrom("t1", "advanced", 3), onTo("t1", "advanced", 7), depTenant("t1", "advanced", "8.0", 8)
+	outcomes := arrive(t, m, []msg{on1, dep8, off3, on7})
+	if where := whereIs(m, "t1"); where != "advanced@8.0" || strings.Contains(outcomes, "refused") {
+		t.Errorf("t1 ends %s, want advanced@8.0; outcomes: %s", where, outcomes)
+	}
+}
+
+func TestAHeldDeploymentIsNotUsedUp(t *testing.T) {
+	m := seed(t)
+	on3, off4, on6, dep8 := onTo("t1", "basic", 3), offFrom("t1", "basic", 4), onTo("t1", "basic", 6), depTenant("t1", "basic", "8.0", 8)
+	outcomes := arrive(t, m, []msg{dep8, on3, off4, on6})
+	if where := whereIs(m, "t1"); where != "basic@8.0" || strings.Contains(outcomes, "refused") {
+		t.Errorf("t1 ends %s, want basic@8.0; outcomes: %s", where, outcomes)
 	}
 }

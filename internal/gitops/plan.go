@@ -7,10 +7,10 @@ import (
 	"io/fs"
 	"path"
 	"slices"
-	"strconv"
 	"strings"
 	"time"
 
+	"github.com/tenant-worker/tenant-worker/internal/history"
 	"github.com/tenant-worker/tenant-worker/internal/kustomization"
 	"github.com/tenant-worker/tenant-worker/internal/ledger"
 	"github.com/tenant-worker/tenant-worker/internal/message"
@@ -36,27 +36,48 @@ type Change struct {
 	// deletes a file or a folder): the records of the message, written with
 	// Files in one atomic push. Only a request with a send time has any.
 	Ledger map[string][]byte
-	// Message is the commit message, in the reference platform's wording.
+	// Message is the commit message: the reference platform's wording for
+	// the request, and a line for each other message whose outcome it
+	// changes.
 	Message string
 	// ShardKustomizations: the layout the change was planned in gives each
 	// shard folder a Kustomization of its own (Layout.ShardKustomizations).
 	ShardKustomizations bool
 	// Duplicate: the message was applied already (its id is in the ledger).
 	Duplicate bool
-	// Stale: the message was sent before the last change applied to every
-	// tenant or pooled environment it names; it changes nothing.
+	// Stale: in send order, the message's effect is undone by messages
+	// sent after it that have arrived: it changes nothing (it is recorded,
+	// as it may still count once a message sent before it arrives).
 	Stale bool
 	// Recorded: the change only records the message in the ledger (what it
-	// asks for is in place already, and it is newer than what was).
+	// asks for is in place already, in send order).
 	Recorded bool
 	// Held: the change only records the message in the ledger, to be
 	// carried out by a message sent before it that has not arrived yet (an
 	// onboarding to another tier before the offboarding that moves the
 	// tenant out, a deployment to a tenant before its onboarding).
 	Held bool
-	// Also are requests carried out by this change besides the message's
-	// own: a held onboarding that the offboarding it waited for completes.
-	Also []message.Request
+	// Effects are what Files do, as requests (for the intent check): the
+	// message's own request, or what the arrival of the message makes of
+	// the tenant in send order (a move, a release restored).
+	Effects []message.Request
+	// Resolved are the other messages whose outcome this change alters: a
+	// held one now carried out or rejected (its hold ended), an applied one
+	// now held.
+	Resolved []Resolution
+}
+
+// Resolution is a message, recorded earlier, whose outcome a change
+// alters.
+type Resolution struct {
+	// MessageID is its id as the ledger keeps it; Sent its send time.
+	MessageID string
+	Sent      time.Time
+	Request   message.Request
+	// Outcome is what it now amounts to: applied (what it asked is now in
+	// place), held, or rejected; Reason, for the last two, why.
+	Outcome string
+	Reason  reject.Reason
 }
 
 // Empty reports whether the change is a no-op: nothing to write on either
@@ -80,12 +101,16 @@ type Stamp struct {
 	// branch does not exist yet, an empty ledger).
 	Ledger ledger.Reader
 	// Sent is SQS's SentTimestamp; zero keeps no ledger (a dry run of a
-	// request that came from no queue).
+	// request that came from no queue): a conflict is then refused at
+	// once.
 	Sent time.Time
 	// Now and Retention bound what the ledger keeps: nothing older than the
 	// queues' retention period, which no message can still be.
 	Now       time.Time
 	Retention time.Duration
+	// Hold is how long a message in conflict waits for a message sent
+	// before it to explain it (0: the retention), at most the retention.
+	Hold time.Duration
 }
 
 // Plan computes the change that carries out req on the snapshot r, without
@@ -95,11 +120,12 @@ func (l Layout) Plan(r Reader, req message.Request) (Change, error) {
 	return l.PlanAt(r, req, Stamp{})
 }
 
-// PlanAt is Plan for a message stamped st: latest send time wins, per
-// tenant and pooled environment. A message already applied is a Duplicate;
-// one sent before the last change applied to what it names changes nothing
-// of it (Stale when that is all it names); otherwise its change includes
-// the ledger's record of it, even when nothing else changes (Recorded).
+// PlanAt is Plan for a message stamped st. The tenant a message names is
+// decided from every message about it that has arrived (and the
+// deployments of its tiers), folded in send order (internal/history): the
+// tree is edited to reach that state, so that it is always the send-order
+// result of what has arrived, whatever the order of arrival. A message
+// applied already is a Duplicate.
 func (l Layout) PlanAt(r Reader, req message.Request, st Stamp) (Change, error) {
 	l, err := l.Of(r)
 	if err != nil {
@@ -110,11 +136,12 @@ func (l Layout) PlanAt(r Reader, req message.Request, st Stamp) (Change, error) 
 		return Change{}, fmt.Errorf("list tiers: %w", err)
 	}
 	p := planner{Layout: l, r: r, tiers: tiers, files: map[string][]byte{}}
-	// The duplicate and stale rules come before every check of what exists:
-	// a message applied already, or sent before the last change to what it
-	// names, is told so even when its tier or tenant is gone since.
 	if !st.Sent.IsZero() {
 		p.ledger, p.sent = ledger.Open(st.Ledger), st.Sent.UnixMilli()
+		p.now, p.retention, p.hold = st.Now.UnixMilli(), st.Retention, st.Hold
+		if p.retention > 0 && (p.hold <= 0 || p.hold > p.retention) {
+			p.hold = p.retention
+		}
 		if st.MessageID != "" && p.ledger.Seen(st.MessageID, p.sent) {
 			if err := p.ledger.Err(); err != nil {
 				return Change{}, ledgerError(err)
@@ -122,13 +149,22 @@ func (l Layout) PlanAt(r Reader, req message.Request, st Stamp) (Change, error) 
 			return Change{Duplicate: true}, nil
 		}
 	}
-	switch req.Kind {
-	case message.Onboarding:
-		err = p.onboard(req)
-	case message.Offboarding:
-		err = p.offboard(req)
-	case message.Deployment:
-		err = p.deploy(req)
+	key := ledger.MessageKey(st.MessageID)
+	if st.MessageID == "" {
+		// A message without an id (a test's, a dry run's): its send time
+		// and request stand for it.
+		key = fmt.Sprintf("%d-%s-%s-%s-%s", p.sent, req.Kind, req.TenantID, req.Tier, req.ReleaseVersion)
+	}
+	switch {
+	case req.Kind == EndHolds:
+		if p.ledger == nil {
+			return Change{}, errors.New("ending holds needs the ledger (a send time)")
+		}
+		err = p.endHolds()
+	case req.Kind == message.Deployment && req.TenantID == "":
+		err = p.deployTier(req, key)
+	case req.Kind == message.Onboarding || req.Kind == message.Offboarding || req.Kind == message.Deployment:
+		err = p.tenantMessage(req, key)
 	default:
 		err = fmt.Errorf("unknown request kind %q", req.Kind)
 	}
@@ -140,10 +176,15 @@ func (l Layout) PlanAt(r Reader, req message.Request, st Stamp) (Change, error) 
 	if err != nil {
 		return Change{}, err
 	}
+	c := Change{Files: p.files, Message: p.commitMessage(), Effects: p.effects, Resolved: p.resolved,
+		ShardKustomizations: l.ShardKustomizations}
 	if p.ledger == nil {
-		return Change{Files: p.files, Message: p.message, Also: p.also, ShardKustomizations: l.ShardKustomizations}, nil
+		return c, nil
 	}
-	if p.touched == 0 && p.stale > 0 {
+	if p.verdict == verdictCovered {
+		if req.Kind == EndHolds {
+			return Change{}, nil
+		}
 		return Change{Stale: true, Message: p.message}, nil
 	}
 	if st.MessageID != "" {
@@ -155,13 +196,17 @@ func (l Layout) PlanAt(r Reader, req message.Request, st Stamp) (Change, error) 
 	if err := p.ledger.Err(); err != nil {
 		return Change{}, ledgerError(err)
 	}
-	c := Change{Files: p.files, Ledger: p.ledger.Changes(), Message: p.message, Also: p.also, ShardKustomizations: l.ShardKustomizations}
-	switch {
-	case len(c.Files) > 0:
-	case p.held:
-		c.Recorded, c.Held = true, true
-	case len(c.Ledger) > 0:
-		c.Recorded, c.Message = true, "Already in place: "+p.message
+	c.Ledger = p.ledger.Changes()
+	if len(c.Files) == 0 {
+		switch p.verdict {
+		case verdictHeld:
+			c.Recorded, c.Held = true, true
+		case verdictStale:
+			c.Stale = true
+		default:
+			c.Recorded = true
+			c.Message = "Already in place: " + c.Message
+		}
 	}
 	return c, nil
 }
@@ -170,72 +215,6 @@ func (l Layout) PlanAt(r Reader, req message.Request, st Stamp) (Change, error) 
 // repository (someone edited it by hand), which no message can get past.
 func ledgerError(err error) error {
 	return fmt.Errorf("%w: the ledger branch: %v", ErrBroken, err)
-}
-
-// release is the release a tenant onboarded into tier by a message sent
-// at sent gets: the message's own (asked), or that of a deployment sent
-// after it and handled already (in send order, that deployment would have
-// found the tenant and moved it): its tier's, or one held for this tenant
-// in this tier.
-func (p *planner) release(tier, id, asked string, sent int64) string {
-	if p.ledger == nil {
-		return asked
-	}
-	release, at := asked, sent
-	if rec, ok := p.ledger.Get(ledger.Tier(tier)); ok && rec.MS > at && rec.Value != "" {
-		release, at = rec.Value, rec.MS
-	}
-	key := ledger.ReleaseIn(tier, id)
-	if rec, ok := p.ledger.Get(key); ok && rec.MS > at && rec.Value != "" {
-		release, at = rec.Value, rec.MS
-	}
-	// Set, not Touch: the value a held deployment left is used up.
-	if rec, ok := p.ledger.Get(key); !ok || at >= rec.MS {
-		p.ledger.Set(key, at, "")
-	}
-	return release
-}
-
-// olderRelease reports whether the message was sent before the last
-// change to the tenant's release in tier, or before the record of its
-// release a version before per-tier records wrote (a repository migrated
-// from the in-tree ledger, or a replica of that version still running).
-func (p *planner) olderRelease(tier, id string) bool {
-	return p.older(ledger.ReleaseIn(tier, id)) || p.olderLegacyRelease(id)
-}
-
-// olderLegacyRelease is older for the per-tenant release record a version
-// before per-tier records wrote; one with a value is a deployment it held
-// for some tier (which tier is not known here), not a release the tenant
-// was given, and counts for nothing.
-func (p *planner) olderLegacyRelease(id string) bool {
-	if p.ledger == nil {
-		return false
-	}
-	rec, ok := p.ledger.Get(ledger.Release(id))
-	return ok && rec.Value == "" && p.sent < rec.MS
-}
-
-// freshRelease is fresh for the tenant's release in tier; a tenant without
-// a record of its own (added by hand) takes its tier's last deployment as
-// its record, so a late deployment does not roll it back.
-func (p *planner) freshRelease(tier, id string) bool {
-	if p.ledger != nil {
-		_, own := p.ledger.Get(ledger.ReleaseIn(tier, id))
-		rec, legacy := p.ledger.Get(ledger.Release(id))
-		legacy = legacy && rec.Value == ""
-		if p.olderLegacyRelease(id) || !own && !legacy && p.older(ledger.Tier(tier)) {
-			p.stale++
-			return false
-		}
-	}
-	return p.fresh(ledger.ReleaseIn(tier, id))
-}
-
-// older reports whether the message was sent before the last change
-// applied to target; it records nothing.
-func (p *planner) older(target string) bool {
-	return p.ledger != nil && p.ledger.Stale(target, p.sent)
 }
 
 // checkTier refuses a tier that does not exist.
@@ -247,34 +226,16 @@ func (p *planner) checkTier(tier string) error {
 	return nil
 }
 
-// fresh reports whether the message may change target: it is not older
-// than the last change applied to it. A fresh target is recorded.
-func (p *planner) fresh(target string) bool {
-	if p.ledger == nil {
-		return true
-	}
-	if p.ledger.Stale(target, p.sent) {
-		p.stale++
-		return false
-	}
-	p.ledger.Touch(target, p.sent)
-	p.touched++
-	return true
-}
+// verdict is what a message amounts to when it is handled, beyond the
+// files it changes.
+type verdict int
 
-// freshOr is fresh for an item that may have no record of its own (a
-// tenant or pooled environment added by hand): it then takes the record of
-// what it belongs to (its tier's last deployment), so a late deployment does
-// not roll it back either.
-func (p *planner) freshOr(target, owner string) bool {
-	if p.ledger != nil {
-		if _, ok := p.ledger.Get(target); !ok && p.ledger.Stale(owner, p.sent) {
-			p.stale++
-			return false
-		}
-	}
-	return p.fresh(target)
-}
+const (
+	verdictDone    verdict = iota // applied, or in place already
+	verdictHeld                   // waits for a message sent before it
+	verdictStale                  // undone by messages sent after it
+	verdictCovered                // sent before what the ledger folded: not recorded
+)
 
 type planner struct {
 	Layout
@@ -282,32 +243,28 @@ type planner struct {
 	tiers   []string
 	files   map[string][]byte
 	message string
+	notes   []string // lines of the commit message's body
+	verdict verdict
+	effects []message.Request
+	// resolved are the other messages whose outcome the change alters.
+	resolved []Resolution
 	// ledger is nil when the request has no send time.
-	ledger         *ledger.Ledger
-	sent           int64 // Unix ms
-	stale, touched int   // targets the message is too old for, and fresh ones
-	held           bool  // the message is recorded to be carried out later
-	also           []message.Request
+	ledger    *ledger.Ledger
+	sent, now int64 // Unix ms
+	retention time.Duration
+	hold      time.Duration
+	tierLogs  map[string][]history.Event
 	// templateObjects are the objects of each template read, by content,
 	// rendered for a stand-in name (see renderedFrom).
 	templateObjects map[string][]object
 }
 
-// otherTier returns a tier other than tier that holds the tenant, if any.
-func (p *planner) otherTier(tier, id string) (string, error) {
-	for _, t := range p.tiers {
-		if t == tier {
-			continue
-		}
-		s, err := p.tenantIn(p.r, t, id)
-		if err != nil {
-			return "", fmt.Errorf("look up tenant %s in tier %s: %w", id, t, err)
-		}
-		if s.present() {
-			return t, nil
-		}
+// commitMessage is the subject and the notes.
+func (p *planner) commitMessage() string {
+	if len(p.notes) == 0 {
+		return p.message
 	}
-	return "", nil
+	return p.message + "\n\n" + strings.Join(p.notes, "\n")
 }
 
 func (p *planner) checkNotPooledEnv(id string) error {
@@ -321,82 +278,29 @@ func (p *planner) checkNotPooledEnv(id string) error {
 	return nil
 }
 
-func (p *planner) onboard(req message.Request) error {
-	p.message = fmt.Sprintf("Adding new tenant %s in tier %s", req.TenantID, req.Tier)
-	if p.older(ledger.Tenant(req.TenantID)) {
-		p.stale++
-		return nil
-	}
-	if err := p.checkTier(req.Tier); err != nil {
-		return err
-	}
-	if err := p.checkNotPooledEnv(req.TenantID); err != nil {
-		return err
-	}
-	other, err := p.otherTier(req.Tier, req.TenantID)
-	if err != nil {
-		return err
-	}
-	if other != "" {
-		if p.ledger == nil {
-			return reject.Errorf(reject.TierConflict, "tenant %s already exists in tier %s, not %s",
-				req.TenantID, other, req.Tier)
-		}
-		// Nothing recorded of the tenant is newer than this message: a move
-		// is an offboarding then an onboarding, sent in that order on two
-		// queues, and the offboarding may still come. It completes the move
-		// (see offboard); an offboarding sent after this message drops it,
-		// as the tier conflict would have in send order.
-		// Of two held to the same tier the first sent takes effect (the
-		// second meets the tenant there): the value keeps it and its send
-		// time, the record's time is the latest (a record only moves
-		// forward).
-		key := ledger.HeldIn(req.Tier, req.TenantID)
-		value, at := heldValue(req.ReleaseVersion, p.sent), p.sent
-		if rec, ok := p.ledger.Get(key); ok {
-			at = max(at, rec.MS)
-			if _, first, ok := heldOf(rec.Value); ok && first <= p.sent {
-				value = rec.Value
-			}
-		}
-		p.ledger.Set(key, at, value)
-		p.held = true
-		p.message = fmt.Sprintf("Held: tenant %s is in tier %s; it moves to tier %s when an offboarding "+
-			"from %s sent before this onboarding arrives", req.TenantID, other, req.Tier, other)
-		return nil
-	}
-	p.fresh(ledger.Tenant(req.TenantID))
-	return p.add(req.Tier, req.TenantID, req.ReleaseVersion, p.sent)
-}
-
-// add puts tenant id in tier, as an onboarding sent at sent asking for
-// release does: the tenant file rendered from the tier's template, and its
-// entry in the tier's kustomization.
-func (p *planner) add(tier, id, release string, sent int64) error {
+// add puts tenant id in tier at release: the tenant file rendered from
+// the tier's template, and its entry in the tier's kustomization.
+func (p *planner) add(tier, id, release string) error {
 	state, err := p.tenantIn(p.r, tier, id)
 	if err != nil {
 		return err
 	}
+	p.effect(onboarding(tier, id, release))
 	name := path.Join(state.dir, id+".yaml")
-	if state.listed && state.file {
-		// In place: the file may carry a newer release or image tags set by
-		// Flux, which a late or repeated message must not undo.
-		return nil
-	}
 	tmpl, err := p.r.ReadFile(p.TenantTemplate(tier))
 	if err != nil {
 		return fmt.Errorf("read template: %w", err)
 	}
-	out, err := render.Render(tmpl, render.Vars{TenantID: id, ReleaseVersion: p.release(tier, id, release, sent)})
+	out, err := render.Render(tmpl, render.Vars{TenantID: id, ReleaseVersion: release})
 	if err != nil {
 		return fmt.Errorf("%w: render %s: %v", ErrBroken, p.TenantTemplate(tier), err)
+	}
+	if err := p.checkCollisions(id, out); err != nil {
+		return err
 	}
 	// A file nobody applies (left over, or written by hand) is rendered
 	// again: the onboarding asks Flux to apply the template's objects at
 	// its release, not what the file holds.
-	if err := p.checkCollisions(id, out); err != nil {
-		return err
-	}
 	if current, err := p.r.ReadFile(name); err != nil || !bytes.Equal(out, current) {
 		p.files[name] = out
 	}
@@ -435,120 +339,6 @@ func (p *planner) renderedFrom(content, tmpl []byte, v render.Vars) bool {
 		}
 	}
 	return false
-}
-
-func (p *planner) offboard(req message.Request) error {
-	p.message = fmt.Sprintf("Removing tenant %s in tier %s", req.TenantID, req.Tier)
-	if p.older(ledger.Tenant(req.TenantID)) {
-		p.stale++
-		return nil
-	}
-	if err := p.checkTier(req.Tier); err != nil {
-		return err
-	}
-	state, err := p.tenantIn(p.r, req.Tier, req.TenantID)
-	if err != nil {
-		return err
-	}
-	if !state.present() {
-		other, err := p.otherTier(req.Tier, req.TenantID)
-		if err != nil {
-			return err
-		}
-		if other != "" {
-			if p.dropHeld(req.Tier, req.TenantID) {
-				// In send order the held onboarding to this tier came first
-				// (after the offboarding from the other tier still on its
-				// way) and this removes it: it is dropped, and the tenant's
-				// record is left to that offboarding.
-				p.message = fmt.Sprintf("Removing tenant %s in tier %s: its held onboarding to %s is dropped",
-					req.TenantID, req.Tier, req.Tier)
-				return nil
-			}
-			return reject.Errorf(reject.TierConflict, "tenant %s is in tier %s, not %s: nothing removed",
-				req.TenantID, other, req.Tier)
-		}
-	}
-	p.fresh(ledger.Tenant(req.TenantID))
-	if state.file {
-		p.files[path.Join(state.dir, req.TenantID+".yaml")] = nil
-	}
-	if state.listed {
-		if err := p.editKustomization(req.Tier, state.dir, req.TenantID+".yaml", kustomization.Remove); err != nil {
-			return err
-		}
-	}
-	return p.completeMove(req)
-}
-
-// completeMove carries out an onboarding held for the offboarding req: of
-// those to other tiers, the first sent after req (in send order it found
-// the tenant gone; the later ones found it in that tier and were refused).
-// Every held onboarding of the tenant is used up: those sent before req,
-// or at the same time (equal send times take effect in the order they are
-// handled, and the onboarding was handled first), met the tenant in its
-// old tier and were refused.
-func (p *planner) completeMove(req message.Request) error {
-	if p.ledger == nil {
-		return nil
-	}
-	tier, release, at := "", "", int64(0)
-	for _, t := range p.tiers {
-		key := ledger.HeldIn(t, req.TenantID)
-		rec, ok := p.ledger.Get(key)
-		r, sent, valid := heldOf(rec.Value)
-		if !ok || !valid {
-			continue
-		}
-		p.ledger.Set(key, rec.MS, "") // used up, either way
-		if t != req.Tier && sent > p.sent && (tier == "" || sent < at) {
-			tier, release, at = t, r, sent
-		}
-	}
-	if tier == "" {
-		return nil
-	}
-	if err := p.checkNotPooledEnv(req.TenantID); err != nil {
-		return nil // as it would have been refused then
-	}
-	if other, err := p.otherTier(req.Tier, req.TenantID); err != nil || other != "" && other != tier {
-		return err // in a third tier: it would have been refused
-	}
-	p.ledger.Touch(ledger.Tenant(req.TenantID), at)
-	if err := p.add(tier, req.TenantID, release, at); err != nil {
-		if _, ok := reject.As(err); ok {
-			return nil // the held onboarding is refused, not the offboarding
-		}
-		return err
-	}
-	p.also = append(p.also, message.Request{Kind: message.Onboarding, TenantID: req.TenantID, Tier: tier, ReleaseVersion: release})
-	p.message += fmt.Sprintf("; adding it in tier %s, as a held onboarding sent after this offboarding asks", tier)
-	return nil
-}
-
-// heldValue is how a held onboarding is kept in its record's value: its
-// release and send time (Unix ms), one field.
-func heldValue(release string, sent int64) string { return release + "," + strconv.FormatInt(sent, 10) }
-
-func heldOf(value string) (release string, sent int64, ok bool) {
-	release, ms, ok := strings.Cut(value, ",")
-	sent, err := strconv.ParseInt(ms, 10, 64)
-	return release, sent, ok && err == nil && release != ""
-}
-
-// dropHeld uses up an onboarding of the tenant to tier held since before
-// the message was sent; it reports whether there was one.
-func (p *planner) dropHeld(tier, id string) bool {
-	if p.ledger == nil {
-		return false
-	}
-	key := ledger.HeldIn(tier, id)
-	rec, ok := p.ledger.Get(key)
-	if _, sent, valid := heldOf(rec.Value); !ok || !valid || sent > p.sent {
-		return false
-	}
-	p.ledger.Set(key, rec.MS, "")
-	return true
 }
 
 // editKustomization edits the entry of the kustomization of dir, in tier:
@@ -616,119 +406,6 @@ func (p *planner) read(name string) ([]byte, error) {
 		return c, nil
 	}
 	return p.r.ReadFile(name)
-}
-
-func (p *planner) deploy(req message.Request) error {
-	// Staleness first: a deployment sent before the last deployment of
-	// the tier, or of the tenant it names, changes nothing of it, whether
-	// or not the tier or the tenant is still there.
-	if req.TenantID != "" {
-		p.message = fmt.Sprintf("Deploying to tenant %s in tier %s, version %s", req.TenantID, req.Tier, req.ReleaseVersion)
-		if p.olderRelease(req.Tier, req.TenantID) {
-			p.stale++
-			return nil
-		}
-	} else {
-		p.message = fmt.Sprintf("Deploying to %s tenants, version %s", req.Tier, req.ReleaseVersion)
-	}
-	if err := p.checkTier(req.Tier); err != nil {
-		if req.TenantID == "" && p.older(ledger.Tier(req.Tier)) ||
-			req.TenantID != "" && p.older(ledger.Tenant(req.TenantID)) {
-			p.stale++
-			return nil
-		}
-		return err
-	}
-	var tenants []Tenant
-	if req.TenantID != "" {
-		file, err := p.tenantFile(req.Tier, req.TenantID)
-		if err != nil {
-			return fmt.Errorf("look up tenant %s in tier %s: %w", req.TenantID, req.Tier, err)
-		}
-		if file == "" {
-			// Gone since (offboarded or moved after it was sent): stale.
-			if p.older(ledger.Tenant(req.TenantID)) {
-				p.stale++
-				return nil
-			}
-			other, err := p.otherTier(req.Tier, req.TenantID)
-			if err != nil {
-				return err
-			}
-			if p.ledger == nil {
-				if other != "" {
-					return reject.Errorf(reject.TierConflict, "tenant %s is in tier %s, not %s", req.TenantID, other, req.Tier)
-				}
-				return reject.Errorf(reject.TenantNotFound, "tenant %s does not exist in tier %s", req.TenantID, req.Tier)
-			}
-			// Not there yet: the onboarding sent before it may still come
-			// (on its own queue), and takes this release (see release).
-			p.ledger.Set(ledger.ReleaseIn(req.Tier, req.TenantID), p.sent, req.ReleaseVersion)
-			p.held = true
-			p.message = fmt.Sprintf("Held: tenant %s is not in tier %s; an onboarding of it to %s sent before "+
-				"this deployment takes release %s", req.TenantID, req.Tier, req.Tier, req.ReleaseVersion)
-			return nil
-		}
-		tenants = []Tenant{{ID: req.TenantID, File: file}}
-	} else {
-		var err error
-		if tenants, err = p.Tenants(p.r, req.Tier); err != nil {
-			return fmt.Errorf("list tenants of tier %s: %w", req.Tier, err)
-		}
-	}
-
-	tmplName := p.TenantTemplate(req.Tier)
-	tmpl, err := p.r.ReadFile(tmplName)
-	if err != nil {
-		return fmt.Errorf("read template: %w", err)
-	}
-	for _, t := range tenants {
-		id := t.ID
-		if message.ValidateTenantID(id) != nil {
-			continue // not a tenant file this worker wrote; leave it alone
-		}
-		if !p.freshRelease(req.Tier, id) {
-			continue // given its release by a message sent after this one
-		}
-		if err := p.rerender(t.File, tmplName, tmpl,
-			render.Vars{TenantID: id, ReleaseVersion: req.ReleaseVersion}, req.TenantID == ""); err != nil {
-			return err
-		}
-	}
-	if req.TenantID != "" {
-		return nil
-	}
-	if p.ledger != nil {
-		if p.ledger.Stale(ledger.Tier(req.Tier), p.sent) {
-			p.stale++
-		} else {
-			p.ledger.Set(ledger.Tier(req.Tier), p.sent, req.ReleaseVersion)
-			p.touched++
-		}
-	}
-
-	envName := p.EnvTemplate(req.Tier)
-	envTmpl, err := p.r.ReadFile(envName)
-	if errors.Is(err, fs.ErrNotExist) {
-		return nil // this tier shares no pooled environment
-	}
-	if err != nil {
-		return fmt.Errorf("read template: %w", err)
-	}
-	envs, err := p.PooledEnvs(p.r)
-	if err != nil {
-		return fmt.Errorf("list pooled environments: %w", err)
-	}
-	for _, env := range envs {
-		if !p.freshOr(ledger.Env(env), ledger.Tier(req.Tier)) {
-			continue
-		}
-		if err := p.rerender(path.Join(p.PooledEnvsDir(), env+".yaml"), envName, envTmpl,
-			render.Vars{EnvironmentID: env, ReleaseVersion: req.ReleaseVersion}, true); err != nil {
-			return err
-		}
-	}
-	return nil
 }
 
 // tenantFile is the path of tenant id's file in tier, where the layout puts

@@ -12,6 +12,7 @@ import (
 	"sigs.k8s.io/kustomize/api/krusty"
 	"sigs.k8s.io/kustomize/kyaml/filesys"
 
+	"github.com/tenant-worker/tenant-worker/internal/kustomization"
 	"github.com/tenant-worker/tenant-worker/internal/message"
 	"github.com/tenant-worker/tenant-worker/internal/reject"
 	"github.com/tenant-worker/tenant-worker/templates"
@@ -128,8 +129,14 @@ func TestShardedLayoutPlans(t *testing.T) {
 		t.Fatalf("kustomize builds %d HelmReleases, want 9", n)
 	}
 
-	// A tier deployment rewrites every tenant of the tier, in any folder.
+	// A tier deployment rewrites every tenant of the tier, in any folder
+	// (listed where it is: a file nobody lists is nobody's tenant).
 	m[layout.TenantFile("premium", "legacy")] = &fstest.MapFile{Data: []byte(sedRender(t, "premium", "legacy", "1.0"))}
+	listing, _, err := kustomization.Add(m[l.TierKustomization("premium")].Data, "legacy.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	m[l.TierKustomization("premium")] = &fstest.MapFile{Data: listing}
 	c := mustPlan(t, m, message.Deployment, `{"tenant_tier":"premium","release_version":"2.0"}`)
 	for _, id := range ids {
 		if !strings.Contains(at(m, l.TenantFile("premium", id)), `"2.0"`) && !strings.Contains(at(m, l.TenantFile("premium", id)), "2.0") {

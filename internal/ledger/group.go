@@ -41,10 +41,18 @@ func groupName(target string) string {
 	switch {
 	case !ok:
 		return target
-	case kind == "tenant":
+	case kind == "tenant" || kind == "base":
 		return rest
 	case kind == "release" || kind == "held":
 		return rest[strings.LastIndexByte(rest, '/')+1:]
+	case kind == "log":
+		id, _, _ := strings.Cut(rest, "/")
+		return id
+	case kind == "tierlog":
+		tier, _, _ := strings.Cut(rest, "/")
+		return "tier/" + tier
+	case kind == "hold":
+		return "holds"
 	}
 	return target
 }

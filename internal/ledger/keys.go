@@ -35,6 +35,49 @@ func Tier(name string) string { return "tier/" + escape(name) }
 // the tenant out of its current tier arrives; the value is its release.
 func HeldIn(tier, id string) string { return "held/" + escape(tier) + "/" + escape(id) }
 
+// Log is one message about tenant id, key its MessageKey: the value
+// says what it asked (see internal/gitops, which reads and writes these),
+// the send time is its own. A tenant's messages and its Base are one
+// group file, read whole by Scan(LogPrefix(id)).
+func Log(id, key string) string { return LogPrefix(id) + key }
+
+// LogPrefix is what every Log key of tenant id starts with.
+func LogPrefix(id string) string { return "log/" + escape(id) + "/" }
+
+// Base is what tenant id was after the messages its Log no longer holds
+// (folded, once older than the queues' retention).
+func Base(id string) string { return "base/" + escape(id) }
+
+// TierLog is one deployment of a whole tier, key its MessageKey: the value
+// is its release. A tier's deployments share the group of Tier(tier).
+func TierLog(tier, key string) string { return TierLogPrefix(tier) + key }
+
+// TierLogPrefix is what every TierLog key of tier starts with.
+func TierLogPrefix(tier string) string { return "tierlog/" + escape(tier) + "/" }
+
+// Hold is the index entry of a held message about tenant id, key its
+// MessageKey, so that its hold can be ended without reading every
+// tenant's record: every Hold is one group file, read by
+// Scan(HoldPrefix).
+func Hold(id, key string) string { return HoldPrefix + escape(id) + "/" + key }
+
+// HoldPrefix is what every Hold key starts with.
+const HoldPrefix = "hold/"
+
+// durable reports whether target is a record that Prune keeps whatever
+// its age: a tenant's messages and base, a tier's deployments and the
+// holds are compacted by whoever writes them (internal/gitops), which
+// folds what it lets go into the tenant's base; dropped as they age they
+// would take what they decided with them.
+func durable(target string) bool {
+	kind, _, _ := strings.Cut(target, "/")
+	switch kind {
+	case "log", "base", "tierlog", "hold":
+		return true
+	}
+	return false
+}
+
 // escape keeps a name to one field of a line: ASCII blanks and control
 // bytes, "%" and DEL are written as %XX; every other byte, Unicode white
 // space and invalid UTF-8 among them, is kept as it is (each splits fields
@@ -54,6 +97,10 @@ func escape(name string) string {
 	}
 	return b.String()
 }
+
+// MessageKey is message id as the ledger's files hold it: one field, the
+// same for the same id (see messageKey).
+func MessageKey(id string) string { return messageKey(id) }
 
 // messageKey is message id as a group file holds it: escaped as names
 // are, and "#" at its start (a comment's mark) and the empty id escaped

@@ -54,7 +54,9 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"maps"
 	"slices"
+	"strings"
 )
 
 // ErrCorrupt is a group file that does not parse.
@@ -252,6 +254,52 @@ func (l *Ledger) Set(target string, ms int64, value string) {
 	put(target, gs, j, entry{r: next})
 }
 
+// Delete takes target's record out of the ledger: its groups and its
+// journal folder. When a file that may hold it could not be read, nothing
+// is changed: Err says so.
+func (l *Ledger) Delete(target string) {
+	gs, j := l.lookup(target)
+	if j.broken || slices.ContainsFunc(gs, func(g *group) bool { return g.broken }) {
+		return
+	}
+	if _, ok := resolve(target, gs, j); ok {
+		put(target, gs, j, entry{dropped: true})
+	}
+}
+
+// Keyed is a target and its record.
+type Keyed struct {
+	Key string
+	Record
+}
+
+// Scan lists, sorted by key, the records whose keys start with prefix, a
+// prefix whose keys share one group (LogPrefix, TierLogPrefix,
+// HoldPrefix): that group's file and its journal folder are all it reads.
+func (l *Ledger) Scan(prefix string) []Keyed {
+	home := l.targetGroup(targetPath(prefix))
+	d, _ := homeDigit(home.path)
+	j := l.journalOf(d)
+	keys := map[string]bool{}
+	for k := range home.targets {
+		if strings.HasPrefix(k, prefix) {
+			keys[k] = true
+		}
+	}
+	for _, k := range j.homedAt(home.path) {
+		if strings.HasPrefix(k, prefix) {
+			keys[k] = true
+		}
+	}
+	var out []Keyed
+	for _, k := range slices.Sorted(maps.Keys(keys)) {
+		if r, ok := resolve(k, []*group{home}, j); ok {
+			out = append(out, Keyed{Key: k, Record: r})
+		}
+	}
+	return out
+}
+
 // put makes e target's record in its groups gs (its places) whatever they
 // hold: in its own, the first, unless e is dropped, and in no other; and
 // takes it out of its journal folder j.
@@ -365,7 +413,7 @@ func (l *Ledger) Prune(before int64) {
 		g := work[len(work)-1]
 		work = work[:len(work)-1]
 		for k, r := range g.targets {
-			if r.MS >= before {
+			if r.MS >= before || durable(k) {
 				continue
 			}
 			delete(g.targets, k)
@@ -376,7 +424,7 @@ func (l *Ledger) Prune(before int64) {
 		if d, ok := homeDigit(g.path); ok {
 			f := l.journalOf(d)
 			for _, k := range f.homedAt(g.path) {
-				if expiredLine(f, k, before) {
+				if !durable(k) && expiredLine(f, k, before) {
 					drop(k, g)
 				}
 			}

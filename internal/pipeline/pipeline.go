@@ -94,6 +94,10 @@ type Result struct {
 	// ledger, to be carried out when a message sent before it arrives (see
 	// gitops.Change.Held).
 	Held bool
+	// Resolved are the messages handled earlier whose outcome the pushed
+	// change alters (a held one carried out, or rejected once its hold
+	// ended; an applied one now held).
+	Resolved []gitops.Resolution
 	// Commit is the pushed commit, or the branch head for a no-op.
 	Commit plumbing.Hash
 	// Message is the commit message subject.
@@ -126,6 +130,9 @@ type Options struct {
 	// Retention is how long SQS may still deliver a message (the queues'
 	// MessageRetentionPeriod): the ledger keeps nothing older.
 	Retention time.Duration
+	// Hold is how long a message that does not fit where its tenant is,
+	// in send order, waits for a message sent before it (0: Retention).
+	Hold time.Duration
 	// Observer, if set, hears each step, lock wait and push.
 	Observer Observer
 	// Releases asks for each result's HelmReleases (for following the

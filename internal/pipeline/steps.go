@@ -67,6 +67,7 @@ func (b *batch) applyJob(ctx context.Context, i int) {
 	}
 	res.Message = plan.Message
 	res.Duplicate, res.Stale, res.Recorded, res.Held = plan.Duplicate, plan.Stale, plan.Recorded, plan.Held
+	res.Resolved = plan.Resolved
 	if plan.Empty() {
 		res.Commit = b.tip
 		return
@@ -123,7 +124,11 @@ func (b *batch) applyJob(ctx context.Context, i int) {
 		// What Flux would apply must change as the message asks, and in
 		// nothing else: checked for every job, on the commit it makes.
 		err = b.timed(StepIntent, func() error {
-			if err := b.p.intent.Check(before, after, job.Request, paths, plan.Also...); err != nil {
+			effects := plan.Effects
+			if len(effects) == 0 {
+				effects = []message.Request{job.Request}
+			}
+			if err := b.p.intent.Check(before, after, effects[0], paths, effects[1:]...); err != nil {
 				return b.unintended(before, job, err)
 			}
 			return nil
@@ -259,7 +264,7 @@ func (b *batch) plan(before, records *gitrepo.Snapshot, i int) (gitops.Change, e
 		var err error
 		job := b.jobs[i]
 		change, err = b.p.opts.Layout.PlanAt(before, job.Request, gitops.Stamp{
-			MessageID: job.MessageID, Sent: job.SentAt, Now: time.Now(), Retention: b.p.opts.Retention,
+			MessageID: job.MessageID, Sent: job.SentAt, Now: time.Now(), Retention: b.p.opts.Retention, Hold: b.p.opts.Hold,
 			Ledger: rooted{records, b.p.opts.Layout.Root},
 		})
 		return err

@@ -66,6 +66,9 @@ type Worker struct {
 	publish Publisher
 	gate    Gate
 	follow  Follower
+	// queues names the queue of each kind, for the result events of
+	// messages whose outcome a later change alters.
+	queues map[message.Kind]string
 }
 
 // Follow makes the worker hand every pushed change to f, which reports
@@ -81,7 +84,7 @@ type Publisher interface {
 // of every finished message with pub when pub is not nil, and closes g when
 // git or the repository is at fault (g may be nil).
 func New(a Applier, m *metrics.Metrics, rec *runs.Recorder, pub Publisher, g Gate) *Worker {
-	return &Worker{applier: a, metrics: m, runs: rec, publish: pub, gate: g}
+	return &Worker{applier: a, metrics: m, runs: rec, publish: pub, gate: g, queues: map[message.Kind]string{}}
 }
 
 // delivery is one message on its way through the worker: what came in, what
@@ -100,6 +103,7 @@ type delivery struct {
 // decode each message, apply the decoded ones together, then finish each
 // (metrics, run history, result events).
 func (w *Worker) Handler(kind message.Kind, queueName string) queue.Handler {
+	w.queues[kind] = queueName
 	return func(ctx context.Context, msgs []queue.Message) []queue.Disposition {
 		start := time.Now()
 		// The consumer's logger already names the queue.
@@ -270,6 +274,11 @@ func (w *Worker) finish(ctx context.Context, log zerolog.Logger, queueName strin
 				Outcome: r.Outcome, Reason: r.Reason, Error: r.Error, CommitSHA: r.Commit,
 				DurationMS: finished.Sub(start).Milliseconds(),
 			})
+		}
+	}
+	for _, d := range ds {
+		if d.res != nil && d.res.Err == nil && d.res.Applied {
+			events = append(events, w.resolved(log, d.res.Resolved, d.res.Commit.String())...)
 		}
 	}
 	w.publishResults(ctx, log, events)
