@@ -374,7 +374,7 @@ func (h *harness) inFlight(id string) bool { return inFlightAt(h.httpAddr, id) }
 func inFlightAt(addr, id string) bool { return slices.Contains(inHandAt(addr), id) }
 
 // staleLine is the worker's log message for a stale message.
-const staleLine = "stale: sent before the last change applied to what it names; nothing to do"
+const staleLine = "stale: messages sent after it undo what it asks; recorded, nothing to change"
 
 const heldLine = "held in the ledger until a message sent before it arrives"
 

@@ -70,6 +70,9 @@ func (p *planner) history(id string, known string) (*tenantHistory, error) {
 		}
 		h.base = b
 		h.stored[ledger.Base(id)] = rec
+	case len(h.events) > 0:
+		// Messages recorded and no base: absent before them all (a base
+		// that says so is not written).
 	case len(h.legacy) > 0:
 		// An earlier version's records: the tree's state at the tenant's
 		// last change of existence, and what came after it as events.
@@ -349,7 +352,12 @@ func (p *planner) record(h *tenantHistory) {
 	if p.retention > 0 {
 		base, rest = history.Compact(h.base, rest, p.now-p.retention.Milliseconds())
 	}
-	want := map[string]ledger.Record{ledger.Base(h.id): baseRecord(base)}
+	want := map[string]ledger.Record{}
+	if base != (history.Base{}) {
+		// An absent tenant before every message needs no record: the
+		// empty ledger says as much.
+		want[ledger.Base(h.id)] = baseRecord(base)
+	}
 	for _, e := range rest {
 		if tenantEvent(e) {
 			want[ledger.Log(h.id, e.ID)] = ledger.Record{MS: e.Sent, Value: eventValue(e)}

@@ -84,8 +84,9 @@ type Result struct {
 	// Duplicate is true when the message had already been applied (its id
 	// is in the ledger).
 	Duplicate bool
-	// Stale is true when the message was sent before the last change
-	// applied to everything it names: it changes nothing.
+	// Stale is true when, in send order, messages sent after it undo what
+	// it asks: it changes nothing (the pushed commit records it in the
+	// ledger).
 	Stale bool
 	// Recorded is true when what the message asks for was in place and the
 	// pushed commit only records it in the ledger.

@@ -30,9 +30,10 @@ type Event struct {
 	TenantID string `json:"tenant_id"`
 	Tier     string `json:"tier"`
 	// Outcome is applied (a commit was pushed), noop (already done), stale
-	// (sent before the last change to what it names), held (recorded until
-	// a message sent before it arrives: Error says which) or rejected
-	// (never will be: see Reason and Error).
+	// (messages sent after it undo what it asks), held (recorded until a
+	// message sent before it arrives: Error says which) or rejected (never
+	// will be: see Reason and Error). A held message gets a second event
+	// when its outcome changes (applied, or rejected once its hold ends).
 	Outcome string `json:"outcome"`
 	Reason  string `json:"reason"`
 	Error   string `json:"error"`

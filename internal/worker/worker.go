@@ -30,7 +30,7 @@ import (
 const (
 	OutcomeApplied  = "applied"  // a commit was pushed
 	OutcomeNoop     = "noop"     // already carried out (perhaps recorded in the ledger)
-	OutcomeStale    = "stale"    // sent before the last change applied to what it names: changes nothing
+	OutcomeStale    = "stale"    // in send order, messages sent after it undo what it asks: changes nothing
 	OutcomeHeld     = "held"     // recorded, to be carried out by a message sent before it, still on its way
 	OutcomeRejected = "rejected" // a bad message: dead-lettered or deleted
 	OutcomeRetry    = "retry"    // not finished: left for redelivery
@@ -323,7 +323,7 @@ func (w *Worker) settled(d *delivery, queueName string, res pipeline.Result) (st
 		ev.Msg("already applied by an earlier delivery of this message")
 		return OutcomeNoop, queue.Disposition{Action: queue.Ack}
 	case res.Stale:
-		ev.Time("sent_at", m.SentAt).Msg("stale: sent before the last change applied to what it names; nothing to do")
+		ev.Time("sent_at", m.SentAt).Msg("stale: messages sent after it undo what it asks; recorded, nothing to change")
 		return OutcomeStale, queue.Disposition{Action: queue.Ack}
 	case res.Held && res.Applied:
 		ev.Str("commit_message", res.Message).Msg("held in the ledger until a message sent before it arrives")

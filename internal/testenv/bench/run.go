@@ -334,7 +334,7 @@ const (
 	logRecorded    = "already carried out; recorded in the ledger"
 	logNothing     = "already carried out; nothing to push"
 	logRedelivered = "already applied by an earlier delivery of this message"
-	logStale       = "stale: sent before the last change applied to what it names; nothing to do"
+	logStale       = "stale: messages sent after it undo what it asks; recorded, nothing to change"
 	logHeld        = "held in the ledger until a message sent before it arrives"
 	logRejected    = "message rejected"
 	logConsuming   = "consuming queue"
