@@ -141,6 +141,7 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzDecodeTree$$' -fuzztime $(FUZZTIME) ./internal/gitrepo/
 	$(GO) test -run '^$$' -fuzz '^FuzzTreeDelta$$' -fuzztime $(FUZZTIME) ./internal/gitrepo/
 	$(GO) test -run '^$$' -fuzz '^FuzzString$$' -fuzztime $(FUZZTIME) ./internal/printable/
+	$(GO) test -run '^$$' -fuzz '^FuzzArrivalOrder$$' -fuzztime $(FUZZTIME) ./internal/gitops/
 
 vet:
 	$(GO) vet ./...

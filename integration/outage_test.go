@@ -1,6 +1,7 @@
 package integration
 
 import (
+	"fmt"
 	"io"
 	"net/http"
 	"os"
@@ -123,5 +124,80 @@ func TestTokenRotation(t *testing.T) {
 	}
 	if out := p.logs.String(); strings.Contains(out, rotated) || strings.Contains(out, token) {
 		t.Fatal("a token was printed")
+	}
+}
+
+// TestNoAtomicPushIsAPause: a git server that does not offer atomic
+// pushes (git's receive.advertiseAtomic false), which moving the ledger
+// branch with the branch needs, pauses the worker with cause
+// git_unsupported on /readyz, found at start or at a push; it resumes by
+// itself once the server offers them again, and nothing is dead-lettered.
+// The server changes its mind at points of the protocol: a push it fails
+// (as a restart would) and a number of probes seen while /readyz said so.
+func TestNoAtomicPushIsAPause(t *testing.T) {
+	body := `{"tenant_id":"tenant-1","tenant_tier":"premium","release_version":"0.0"}`
+	for _, when := range []string{"start", "push"} {
+		t.Run(when, func(t *testing.T) {
+			h := newHarness(t, true)
+			h.tune = func(o *config.Options) {
+				o.RetryDelay, o.MaxRetryDelay, o.ProbeMaxDelay = 100*time.Millisecond, 200*time.Millisecond, 200*time.Millisecond
+			}
+			srv := h.httpBackend()
+			atomicPush := func(on bool) {
+				if _, err := srv.Output(repoName, "config", "receive.advertiseAtomic", fmt.Sprint(on)); err != nil {
+					t.Error(err)
+				}
+			}
+			var armed, seenPaused, failed atomic.Bool
+			var probes atomic.Int32
+			srv.SetHook(func(w http.ResponseWriter, r *http.Request) bool {
+				switch {
+				case armed.Load() && r.Method == http.MethodPost && strings.HasSuffix(r.URL.Path, "/git-receive-pack"):
+					// The push: the server goes without atomic pushes, and
+					// fails this one, as a restart with a new setting would.
+					armed.Store(false)
+					atomicPush(false)
+					failed.Store(true)
+					http.Error(w, "restarting", http.StatusServiceUnavailable)
+					return false
+				case isProbe(r) && seenPaused.Load() && probes.Add(1) == 3:
+					atomicPush(true) // the fault ends after three probes seen paused
+				}
+				return true
+			})
+			var id string
+			if when == "start" {
+				atomicPush(false)
+				h.launchInProcess()
+				id = h.send(h.q.onboarding, body)
+			} else {
+				h.start()
+				armed.Store(true)
+				id = h.send(h.q.onboarding, body)
+			}
+			h.waitFor("a pause for git_unsupported", time.Minute, func() bool {
+				return strings.Contains(readyz(h.httpAddr), "git_unsupported")
+			})
+			seenPaused.Store(true)
+			if m := h.httpGet("/metrics"); !strings.Contains(m, `tenant_worker_paused{cause="git_unsupported"} 1`) {
+				t.Errorf("metrics while paused lack the paused gauge for git_unsupported")
+			}
+			if line := h.outcome(id); line["message"] != "tenant change pushed" {
+				t.Fatalf("once atomic pushes are back: %v", line)
+			}
+			if when == "push" && !failed.Load() {
+				t.Fatal("the planned failed push did not happen")
+			}
+			if probes.Load() < 3 {
+				t.Fatalf("%d probes while paused, planned 3", probes.Load())
+			}
+			if got := h.drainDLQ(h.q.dlq["onboarding"]); len(got) != 0 {
+				t.Fatalf("dead letters: %v", got)
+			}
+			if n := len(h.logs.naming("git_unsupported")); n == 0 {
+				t.Errorf("the log never names the cause")
+			}
+			h.waitFor("ready again", time.Minute, func() bool { return readyz(h.httpAddr) == "ready\n" })
+		})
 	}
 }

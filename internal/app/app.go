@@ -109,6 +109,7 @@ func Run(ctx context.Context, c Config) error {
 		rec.SetPause(&runs.Pause{Cause: string(f.Cause), Error: f.Error, Since: f.Since})
 		log.Warn().Str("cause", string(f.Cause)).Str("error", f.Error).Msg("pausing: git or the repository is at fault; no messages are received until a probe finds it gone")
 	})
+	g.ClassifyWith(worker.FaultOf)
 	ready := func() error {
 		if s := notReady.Load(); s != nil {
 			return errors.New(*s)
@@ -172,11 +173,6 @@ func Run(ctx context.Context, c Config) error {
 	}
 	log.Info().Str("repo", o.GitRepoURL).Str("branch", o.GitBranch).Str("head", repo.Head().String()).
 		Str("ledger_branch", o.GitLedgerBranch).Str("ledger_head", repo.LedgerHead().String()).Msg("repository ready")
-	// The ledger moves with the branch in one atomic push: a server that
-	// cannot do that would leave one moved without the other.
-	if atomic, err := repo.SupportsAtomic(ctx); err == nil && !atomic {
-		return fmt.Errorf("%s: %w", o.GitRepoURL, gitrepo.ErrNoAtomic)
-	}
 
 	// The queues first: the ledger keeps what the longest retention of
 	// them could still deliver.
@@ -239,6 +235,18 @@ func Run(ctx context.Context, c Config) error {
 		Layout: gitops.Layout{Root: o.GitopsRoot}, MaxAttempts: o.PushAttempts, Retention: retention, Hold: o.Hold, Releases: cluster != nil,
 		Observer: observer,
 	})
+	// The ledger moves with the branch in one atomic push: a server that
+	// cannot do that would leave one moved without the other. Found at
+	// start, as at a push, it is a pause with its cause, not an exit: the
+	// consumers wait at the gate, and a probe opens it once the server
+	// can (a failure to ask is the pause of its own cause).
+	if err := p.CanPushAtomic(ctx); err != nil {
+		if cause, ok := worker.FaultOf(err); ok {
+			g.Close(cause, fmt.Errorf("%s: %w", o.GitRepoURL, err), p.CanPushAtomic)
+		} else {
+			g.Close(gate.GitUnreachable, fmt.Errorf("%s: %w", o.GitRepoURL, err), p.CanPushAtomic)
+		}
+	}
 
 	var pub worker.Publisher
 	if o.ResultsQueue != "" {

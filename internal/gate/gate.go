@@ -26,10 +26,13 @@ const (
 	// RepositoryBroken: a template does not render, the branch does not
 	// build: no message of that kind and tier can pass until someone fixes it.
 	RepositoryBroken Cause = "repository_broken"
+	// GitUnsupported: the server lacks what the worker needs of it (git's
+	// atomic push, to move the ledger branch with the branch).
+	GitUnsupported Cause = "git_unsupported"
 )
 
 // Causes lists every cause, for pre-initialising metrics.
-var Causes = []Cause{GitUnreachable, GitCredentials, RepositoryBroken}
+var Causes = []Cause{GitUnreachable, GitCredentials, RepositoryBroken, GitUnsupported}
 
 // Probe checks whether a fault is gone; nil opens the gate.
 type Probe func(ctx context.Context) error
@@ -56,7 +59,15 @@ type Gate struct {
 	// close that follows an open is never reported before it.
 	onChange func(f *Fault)
 	notify   sync.Mutex
+	// classify, if set, names the cause of a probe's error: a fault that
+	// turns out to be another (git back, but without atomic pushes) is
+	// paused for that one from then on.
+	classify func(error) (Cause, bool)
 }
+
+// ClassifyWith makes the gate name the cause of each failed probe's error
+// with fn (before the gate watches).
+func (g *Gate) ClassifyWith(fn func(error) (Cause, bool)) { g.classify = fn }
 
 // New returns an open gate. onChange, if not nil, hears of every change:
 // the new fault, or nil when the gate opened.
@@ -104,6 +115,13 @@ func (g *Gate) announce(f *Fault) {
 	if g.onChange != nil {
 		g.onChange(f)
 	}
+}
+
+func (g *Gate) classifyErr(err error) (Cause, bool) {
+	if g.classify == nil {
+		return "", false
+	}
+	return g.classify(err)
 }
 
 // Wait returns once the gate is open, or with ctx's error.
@@ -162,7 +180,13 @@ func (g *Gate) Watch(ctx context.Context, b Backoff, onProbe func(f Fault, err e
 				g.mu.Lock()
 				f.Probes++
 				f.Error = err.Error()
-				g.mu.Unlock()
+				if c, ok := g.classifyErr(err); ok && c != f.Cause && g.fault == f {
+					f.Cause = c
+					changed := *f
+					g.announce(&changed) // lets g.mu go
+				} else {
+					g.mu.Unlock()
+				}
 			}
 			if onProbe != nil {
 				onProbe(*f, err)

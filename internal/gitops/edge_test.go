@@ -9,6 +9,7 @@ import (
 
 	"github.com/tenant-worker/tenant-worker/internal/kustomization"
 	"github.com/tenant-worker/tenant-worker/internal/message"
+	"github.com/tenant-worker/tenant-worker/internal/reject"
 	"github.com/tenant-worker/tenant-worker/templates"
 )
 
@@ -179,4 +180,40 @@ func whereIs(m fstest.MapFS, id string) string {
 		return "nowhere"
 	}
 	return strings.Join(at, ",")
+}
+
+// TestATenantInTwoTiersIsNotTouched: a tenant listed in two tiers at once
+// (an edit by hand) is a clear outcome, not a pause: a message about it is
+// refused (tier_conflict) naming both tiers and the fix, nothing changes;
+// a deployment of one of its tiers leaves it alone and says so; every
+// other tenant goes on.
+func TestATenantInTwoTiersIsNotTouched(t *testing.T) {
+	m := seed(t)
+	deliver(t, m, onTo("t1", "premium", 1))
+	deliver(t, m, onTo("t2", "basic", 2))
+	// By hand: t1 also in basic.
+	m[templates.Root+"/tenants/basic/t1.yaml"] = &fstest.MapFile{Data: []byte(sedRender(t, "basic", "t1", "0.0"))}
+	k, _, err := kustomization.Add(m[templates.Root+"/tenants/basic/kustomization.yaml"].Data, "t1.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	m[templates.Root+"/tenants/basic/kustomization.yaml"] = &fstest.MapFile{Data: k}
+	for _, x := range []msg{offFrom("t1", "premium", 3), depTenant("t1", "basic", "2.0", 4), onTo("t1", "advanced", 5)} {
+		_, err := try(t, m, x)
+		r, ok := reject.As(err)
+		if !ok || r.Reason != reject.TierConflict || !strings.Contains(err.Error(), "tiers basic and premium") ||
+			!strings.Contains(err.Error(), "by hand") {
+			t.Errorf("%s: %v, want tier_conflict naming both tiers", x.id, err)
+		}
+	}
+	c := deliver(t, m, depTier("basic", "3.0", 6))
+	if _, ok := c.Files[templates.Root+"/tenants/basic/t1.yaml"]; ok || !strings.Contains(c.Message, "Tenant t1 is in tiers basic and premium") {
+		t.Errorf("the tier deployment touched t1 or did not say why not: %v\n%s", c.Paths(), c.Message)
+	}
+	if where := whereIs(m, "t2"); where != "basic@3.0" {
+		t.Errorf("t2 is %s, want basic@3.0: the others go on", where)
+	}
+	if where := whereIs(m, "t1"); where != "basic@0.0,premium@0.0" {
+		t.Errorf("t1 is %s, want as it was", where)
+	}
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"maps"
+	"time"
 
 	"github.com/go-git/go-git/v5"
 	"github.com/go-git/go-git/v5/plumbing"
@@ -321,10 +322,18 @@ func (r *Repo) CanPush(ctx context.Context) error {
 		return r.classify(c.ctx, "push "+r.url(), err)
 	}
 	r.mu.Lock()
-	r.receiveCaps = ar.Capabilities
+	r.receiveCaps, r.capsRead = ar.Capabilities, time.Now()
 	r.mu.Unlock()
 	return nil
 }
+
+// capsFor is how long the server's receive-pack capabilities are trusted
+// without reading its advertisement again: a push skips that round trip
+// (a shorter window between fetch and push), and a server that stops
+// offering atomic pushes is noticed within it. git's receive-pack applies
+// an atomic request only while it advertises the capability: pushed on
+// old capabilities, the two refs would move one by one.
+const capsFor = time.Minute
 
 // receivePackSession opens a push session within call c.
 func (r *Repo) receivePackSession(c *call) (transport.ReceivePackSession, error) {
@@ -354,6 +363,9 @@ func (r *Repo) sendPack(c *call, main, ledger Move, hashes []plumbing.Hash, base
 	// races against busy writers.
 	r.mu.Lock()
 	caps := r.receiveCaps
+	if time.Since(r.capsRead) > capsFor {
+		caps = nil
+	}
 	r.mu.Unlock()
 	if caps == nil {
 		ar, err := sess.AdvertisedReferencesContext(c.ctx)
@@ -366,7 +378,7 @@ func (r *Repo) sendPack(c *call, main, ledger Move, hashes []plumbing.Hash, base
 		}
 		caps = ar.Capabilities
 		r.mu.Lock()
-		r.receiveCaps = caps
+		r.receiveCaps, r.capsRead = caps, time.Now()
 		r.mu.Unlock()
 		for _, c := range cmds {
 			current := plumbing.ZeroHash

@@ -72,6 +72,7 @@ type Repo struct {
 	written      map[plumbing.Hash]written // objects of commits not yet pushed
 	trackedCount int
 	receiveCaps  *capability.List // the server's receive-pack capabilities
+	capsRead     time.Time        // when receiveCaps were read
 
 	trees *treeCache // decoded trees, shared by commits and snapshots
 

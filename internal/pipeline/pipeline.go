@@ -43,9 +43,10 @@ type Repository interface {
 	// PushRefs moves the branch and the ledger branch in one atomic
 	// compare-and-swap.
 	PushRefs(ctx context.Context, main, ledger gitrepo.Move) error
-	// CanPush tells whether the server would take a push from us now
-	// (reachable, credentials accepted), without pushing.
-	CanPush(ctx context.Context) error
+	// SupportsAtomic tells whether the server would take a push from us
+	// now (reachable, credentials accepted) and moves several refs as one
+	// (git's atomic capability), without pushing.
+	SupportsAtomic(ctx context.Context) (bool, error)
 	// Forget drops what the Repository keeps to push commits that will
 	// never be pushed.
 	Forget(commits ...plumbing.Hash)
@@ -206,12 +207,12 @@ func (p *Pipeline) Apply(ctx context.Context, jobs []Job) []Result {
 }
 
 // Probe tells whether the fault that job met (git unreachable, credentials
-// refused, a repository that does not build) is gone: the server must take
-// a push from us, and job must go through everything but the push on a
+// refused, no atomic push, a repository that does not build) is gone: the
+// server must take an atomic push from us, and job must go through everything but the push on a
 // fresh head without meeting a fault of the repository. A job that would
 // now be rejected passes: it is its own fault, not the repository's.
 func (p *Pipeline) Probe(ctx context.Context, job Job) error {
-	if err := p.repo.CanPush(ctx); err != nil {
+	if err := p.CanPushAtomic(ctx); err != nil {
 		return err
 	}
 	// A dry run of the very delivery, its id too: the ledger's group of
@@ -221,6 +222,17 @@ func (p *Pipeline) Probe(ctx context.Context, job Job) error {
 		return nil
 	}
 	return res.Err
+}
+
+// CanPushAtomic tells whether the server would take a push from us now,
+// both branches as one: gitrepo.ErrNoAtomic when it cannot move them
+// together.
+func (p *Pipeline) CanPushAtomic(ctx context.Context) error {
+	atomic, err := p.repo.SupportsAtomic(ctx)
+	if err == nil && !atomic {
+		err = gitrepo.ErrNoAtomic
+	}
+	return err
 }
 
 // Sync fetches the branch under the repository lock and returns its head.

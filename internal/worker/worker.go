@@ -305,7 +305,7 @@ func (w *Worker) publishResults(ctx context.Context, log zerolog.Logger, events 
 func (w *Worker) settled(d *delivery, queueName string, res pipeline.Result) (string, queue.Disposition) {
 	log, m := d.log, d.msg
 	if res.Err != nil {
-		if cause, ok := faultOf(res.Err); ok && w.gate != nil {
+		if cause, ok := FaultOf(res.Err); ok && w.gate != nil {
 			// Not the message's fault, nor one a retry of it alone would
 			// mend: stop receiving until a probe finds the fault gone, and
 			// let the message go back at once for when it is.
@@ -340,12 +340,14 @@ func (w *Worker) settled(d *delivery, queueName string, res pipeline.Result) (st
 	}
 }
 
-// faultOf says whether err is a fault of git or the repository, which
+// FaultOf says whether err is a fault of git or the repository, which
 // stops the consumers, and which.
-func faultOf(err error) (gate.Cause, bool) {
+func FaultOf(err error) (gate.Cause, bool) {
 	switch {
 	case gitops.IsBroken(err):
 		return gate.RepositoryBroken, true
+	case errors.Is(err, gitrepo.ErrNoAtomic):
+		return gate.GitUnsupported, true
 	case gitrepo.IsAuth(err):
 		return gate.GitCredentials, true
 	case gitrepo.IsUnavailable(err):
