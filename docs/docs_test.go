@@ -1,13 +1,16 @@
 package docs
 
 import (
+	"fmt"
 	"maps"
+	"net/url"
 	"os"
 	"path/filepath"
 	"regexp"
 	"slices"
 	"strings"
 	"testing"
+	"unicode"
 
 	"github.com/tenant-worker/tenant-worker/internal/message"
 )
@@ -281,6 +284,207 @@ func TestTestNames(t *testing.T) {
 		}
 		if p.path == "docs/guarantees.md" && cited < 10 {
 			t.Errorf("docs/guarantees.md cites %d tests; the parser is broken or the guarantees lost their tests", cited)
+		}
+	}
+}
+
+// headlineHeader is the header of the README's headline numbers, the one
+// make bench prints its rows under (internal/testenv/bench.HeadlineHeader).
+const headlineHeader = "| what | number (target: verdict) | size | date, machine | command |"
+
+// A headline row is one claim a reader takes in at a glance: its cells
+// are a sentence or two each, and the rest is a link to
+// docs/performance.md.
+const (
+	headlineCellWords = 40
+	headlineRows      = 12 // about ten
+)
+
+var (
+	isoDate = regexp.MustCompile(`\b20\d\d-\d\d-\d\d\b`)
+	verdict = regexp.MustCompile(`\b(met|missed|no target)\b`)
+	// linkTarget is a markdown link's target, which a reader does not read.
+	linkTarget = regexp.MustCompile(`\]\([^)]*\)`)
+)
+
+// words counts the words of a cell as a reader reads them: link targets
+// left out, and marks such as "/" or "≤" not counted.
+func words(cell string) int {
+	n := 0
+	for _, w := range strings.Fields(linkTarget.ReplaceAllString(cell, "]")) {
+		if strings.IndexFunc(w, func(r rune) bool { return unicode.IsLetter(r) || unicode.IsDigit(r) }) >= 0 {
+			n++
+		}
+	}
+	return n
+}
+
+// checkHeadlineRow says what is wrong with one row of the headline table:
+// the five cells, none longer than a sentence or two, a verdict on the
+// target, a date, and a command.
+func checkHeadlineRow(cells []string) []string {
+	if len(cells) != 5 {
+		return []string{fmt.Sprintf("has %d cells, want 5 (%s)", len(cells), headlineHeader)}
+	}
+	var out []string
+	names := []string{"what", "number", "size", "date, machine", "command"}
+	for i, c := range cells {
+		if c == "" {
+			out = append(out, fmt.Sprintf("its %s cell is empty", names[i]))
+		}
+		if n := words(c); n > headlineCellWords {
+			out = append(out, fmt.Sprintf("its %s cell has %d words, more than %d: say the rest in docs/performance.md and link it", names[i], n, headlineCellWords))
+		}
+	}
+	if cells[1] != "" && !verdict.MatchString(cells[1]) {
+		out = append(out, "its number says no target met or missed (or \"no target\")")
+	}
+	if !isoDate.MatchString(cells[3]) {
+		out = append(out, "its date, machine cell has no date (YYYY-MM-DD)")
+	}
+	if m := quoted.FindStringSubmatch(cells[4]); m == nil || strings.TrimSpace(m[1]) == "" {
+		out = append(out, "has no command that measures it (a `code span` in its command cell)")
+	}
+	return out
+}
+
+// TestHeadlineNumbers: the README's headline numbers are about ten rows,
+// one claim a row, each with its verdict, date and command.
+func TestHeadlineNumbers(t *testing.T) {
+	table := rows(t, pageAt(t, "README.md"), headlineHeader)
+	if len(table) > headlineRows {
+		t.Errorf("README.md: %d headline rows; keep about ten (at most %d), the rest in docs/performance.md", len(table), headlineRows)
+	}
+	for _, row := range table {
+		for _, problem := range checkHeadlineRow(row) {
+			t.Errorf("README.md: headline row %q %s", row[0], problem)
+		}
+	}
+}
+
+// TestCheckHeadlineRow: each rule of a headline row fails on a row that
+// breaks it.
+func TestCheckHeadlineRow(t *testing.T) {
+	good := []string{"`SendMessage` to the commit, p50", "33 ms (≤1.3x the floor's: met)", "10 tenants", "2026-12-03, 2 cores", "`make bench`"}
+	if p := checkHeadlineRow(good); len(p) > 0 {
+		t.Fatalf("a good row: %v", p)
+	}
+	long := "33 ms on the 3rd, " + strings.Repeat("and every run of every day with every caveat ", 5) + "(met)"
+	for _, tc := range []struct {
+		name string
+		edit func([]string) []string
+		want string
+	}{
+		{"a paragraph in a cell", func(r []string) []string { r[1] = long; return r }, "number cell has"},
+		{"no command", func(r []string) []string { r[4] = "make bench"; return r }, "no command"},
+		{"an empty command", func(r []string) []string { r[4] = ""; return r }, "no command"},
+		{"a cell missing", func(r []string) []string { return r[:4] }, "has 4 cells"},
+		{"no verdict", func(r []string) []string { r[1] = "33 ms"; return r }, "no target met or missed"},
+		{"no date", func(r []string) []string { r[3] = "last week"; return r }, "no date"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p := checkHeadlineRow(tc.edit(slices.Clone(good)))
+			if !slices.ContainsFunc(p, func(s string) bool { return strings.Contains(s, tc.want) }) {
+				t.Errorf("got %q, want a problem saying %q", p, tc.want)
+			}
+		})
+	}
+	// A link's target is not read, so it is not counted.
+	if n := words("[the same on Gitea](docs/performance.md#against-real-gitea-and-a-very-long-anchor) ≤ / x"); n != 5 {
+		t.Errorf("words = %d, want 5", n)
+	}
+}
+
+var (
+	bareURL = regexp.MustCompile(`\b[a-zA-Z][a-zA-Z0-9+.-]*://[^\s)>\]]+`)
+	// upward is a path that starts by leaving the folder it is read from.
+	upward = regexp.MustCompile("(?:^|[\\s=:'\"(`])(\\.\\./[^\\s'\")`]*)")
+)
+
+// localHost reports whether a URL's host is this machine (the local
+// stack of make run and the tests), which a reader has, not a site.
+func localHost(raw string) bool {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return false
+	}
+	h := u.Hostname()
+	return h == "localhost" || h == "127.0.0.1" || h == "::1"
+}
+
+// checkInside says where a page points outside the repository: a link to
+// a site (anything but this machine), a relative link that leaves the
+// repository, and a path in its code that starts above the repository
+// (commands are run at its root). A clone has nothing there, and the page
+// must say what it needs itself.
+func checkInside(p *page) []string {
+	var out []string
+	for _, l := range p.prose {
+		text := l.text
+		for _, m := range mdLink.FindAllStringSubmatch(text, -1) {
+			target := m[1]
+			switch {
+			case scheme.MatchString(target):
+				if !localHost(target) {
+					out = append(out, fmt.Sprintf("%s: links to %s, outside the repository", p.where(l.line), target))
+				}
+			default:
+				file, _, _ := strings.Cut(target, "#")
+				if file == "" {
+					continue
+				}
+				rel := filepath.ToSlash(filepath.Join(filepath.Dir(p.path), file))
+				if rel == ".." || strings.HasPrefix(rel, "../") {
+					out = append(out, fmt.Sprintf("%s: links to %s, which leaves the repository", p.where(l.line), target))
+				}
+			}
+		}
+		for _, u := range bareURL.FindAllString(mdLink.ReplaceAllString(text, ""), -1) {
+			if !localHost(u) {
+				out = append(out, fmt.Sprintf("%s: points at %s, outside the repository", p.where(l.line), u))
+			}
+		}
+	}
+	for _, l := range codeLines(p) {
+		for _, m := range upward.FindAllStringSubmatch(l.text, -1) {
+			out = append(out, fmt.Sprintf("%s: names %s, above the repository's root", p.where(l.line), m[1]))
+		}
+	}
+	return out
+}
+
+// TestNothingOutside: no page of the docs points outside the repository.
+func TestNothingOutside(t *testing.T) {
+	for _, p := range loadPages(t) {
+		for _, problem := range checkInside(p) {
+			t.Error(problem)
+		}
+	}
+}
+
+// TestCheckInside: each way out of the repository is caught, and what
+// stays in it is not.
+func TestCheckInside(t *testing.T) {
+	for _, tc := range []struct {
+		path, text string
+		want       string // a substring of the one problem; "" for none
+	}{
+		{"README.md", "See `../shared/SPEC.md` for the messages.\n", "names ../shared/SPEC.md"},
+		{"README.md", "Seeded as\n\n```sh\nbash ../shared/bench/seed-repo.sh\n```\n", "names ../shared/bench/seed-repo.sh"},
+		{"README.md", "The [spec](../shared/SPEC.md).\n", "leaves the repository"},
+		{"docs/x.md", "The [spec](../../shared/SPEC.md#queues).\n", "leaves the repository"},
+		{"docs/x.md", "The [platform](https://github.com/aws-samples/eks-saas-gitops).\n", "links to https://github.com"},
+		{"docs/x.md", "Read https://example.org/guide first.\n", "points at https://example.org/guide"},
+		{"docs/x.md", "The [README](../README.md#headline-numbers), [Deployment](deployment.md).\n", ""},
+		{"docs/x.md", "Open http://127.0.0.1:8080/ or <http://localhost:8080/metrics>.\n", ""},
+		{"docs/x.md", "The groups (`.../journal`, `prometheus-operator/.../monitoring`).\n", ""},
+	} {
+		got := checkInside(parsePage(tc.path, tc.text))
+		switch {
+		case tc.want == "" && len(got) > 0:
+			t.Errorf("%s %q: %q, want nothing", tc.path, tc.text, got)
+		case tc.want != "" && (len(got) != 1 || !strings.Contains(got[0], tc.want)):
+			t.Errorf("%s %q: %q, want one problem saying %q", tc.path, tc.text, got, tc.want)
 		}
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"runtime"
 	"strconv"
 	"strings"
 	"time"
@@ -148,6 +149,14 @@ func run() int {
 		fmt.Print(report)
 		err = errors.Join(err, terr)
 	}
+	// The run's numbers as the README's headline rows, to be copied there
+	// (the tables above are docs/performance.md's).
+	info := bench.RunInfo{Date: time.Now(), Cores: runtime.NumCPU(), Command: command(os.Args[1:])}
+	if rows := bench.Headlines(info, results, giteaResults, ledgerResult, liveResults); len(rows) > 0 {
+		fmt.Println()
+		fmt.Println("headline rows, as README.md has them:")
+		fmt.Print(bench.HeadlineTable(rows))
+	}
 	if name, werr := bench.WriteJSON(*out, results, giteaResults, liveResults, ledgerResult); werr == nil {
 		fmt.Println("results written to", name)
 	}
@@ -156,6 +165,23 @@ func run() int {
 		return 1
 	}
 	return 0
+}
+
+// command is the command that repeats this run, as the headline rows
+// cite it: make bench without flags, else go run with them, each quoted
+// for a shell where it needs it.
+func command(args []string) string {
+	if len(args) == 0 {
+		return "make bench"
+	}
+	words := []string{"go run ./cmd/bench"}
+	for _, a := range args {
+		if a == "" || strings.ContainsAny(a, " \t\"'$`\\|&;<>()*?[]#~") {
+			a = "'" + strings.ReplaceAll(a, "'", `'\''`) + "'"
+		}
+		words = append(words, a)
+	}
+	return strings.Join(words, " ")
 }
 
 func parseSizes(list string) ([]int, error) {
