@@ -107,16 +107,16 @@ func As(err error) (*Error, bool) {
 type Checker struct {
 	layout gitops.Layout
 
-	trees   *lru[*tree]      // dir@hash -> resolved tree
-	objects *lru[[]object]   // content id -> objects of a file
-	fields  *lru[[][]string] // template content -> release fields
-	plains  *lru[bool]       // kustomization content id -> lists resources only
+	trees   *lru[*tree]                 // dir@hash -> resolved tree
+	objects *lru[[]object]              // content id -> objects of a file
+	fields  *lru[map[string][][]string] // template content -> release fields by kind
+	plains  *lru[bool]                  // kustomization content id -> lists resources only
 }
 
 // NewChecker returns a Checker for layout.
 func NewChecker(layout gitops.Layout) *Checker {
 	return &Checker{layout: layout, trees: newLRU[*tree](16), objects: newLRU[[]object](4096),
-		fields: newLRU[[][]string](64), plains: newLRU[bool](256)}
+		fields: newLRU[map[string][][]string](64), plains: newLRU[bool](256)}
 }
 
 // Check compares what before and after build, in every Kustomization that
@@ -130,8 +130,11 @@ func (c *Checker) Check(before, after Source, req message.Request, changed []str
 	}
 	var all Error
 	var rules []rule // the same for every folder: made once, when needed
+	reqs := append([]message.Request{req}, also...)
+	var seen []delta // every folder's: an onboarding of a move adds in one, its offboarding removes in another
+	var builts []func(string) bool
 	for _, dir := range l.AppliedDirs(changed) {
-		deltas, built, err := c.diff(before, after, dir, changed)
+		deltas, built, transformed, err := c.diff(before, after, dir, changed)
 		if errors.Is(err, errNotBuilt) {
 			continue
 		}
@@ -143,7 +146,7 @@ func (c *Checker) Check(before, after Source, req message.Request, changed []str
 			if err != nil {
 				return err
 			}
-			for _, r := range append([]message.Request{req}, also...) {
+			for _, r := range reqs {
 				rule, err := c.ruleFor(lb, before, r)
 				if err != nil {
 					return err
@@ -151,14 +154,35 @@ func (c *Checker) Check(before, after Source, req message.Request, changed []str
 				rules = append(rules, rule)
 			}
 		}
+		if transformed {
+			// Built through transformers: an onboarding's objects are what
+			// the same build makes of its template.
+			for i, r := range reqs {
+				if r.Kind != message.Onboarding {
+					continue
+				}
+				ids, err := c.builtTenant(before, after, dir, r)
+				if err != nil {
+					return err
+				}
+				for id := range ids {
+					rules[i].objects[id] = true
+				}
+			}
+		}
 		for _, d := range deltas {
 			if !allowedBy(rules, d) {
 				all.Unintended = append(all.Unintended, d.Delta)
 			}
 		}
-		for _, r := range rules {
-			all.Missing = append(all.Missing, r.missing(deltas, built)...)
-		}
+		seen = append(seen, deltas...)
+		builts = append(builts, built)
+	}
+	anyBuilt := func(file string) bool {
+		return slices.ContainsFunc(builts, func(b func(string) bool) bool { return b(file) })
+	}
+	for _, r := range rules {
+		all.Missing = append(all.Missing, r.missing(seen, anyBuilt)...)
 	}
 	if len(all.Unintended) == 0 && len(all.Missing) == 0 {
 		return nil
@@ -190,7 +214,7 @@ func (c *Checker) Moved(before, after Source, changed []string) error {
 	}
 	var all Error
 	for _, dir := range l.AppliedDirs(changed) {
-		deltas, _, err := c.diff(before, after, dir, changed)
+		deltas, _, _, err := c.diff(before, after, dir, changed)
 		if err != nil {
 			return fmt.Errorf("compare what %s builds: %w", dir, err)
 		}
@@ -312,15 +336,16 @@ type delta struct {
 }
 
 // diff lists the objects that differ between what dir builds in before
-// and in after.
-func (c *Checker) diff(before, after Source, dir string, changed []string) ([]delta, func(string) bool, error) {
+// and in after; transformed says kustomize built both sides.
+func (c *Checker) diff(before, after Source, dir string, changed []string) ([]delta, func(string) bool, bool, error) {
 	tb, err := c.resolve(before, dir)
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, false, err
 	}
 	if !tb.simple {
 		// Transformers, nested paths, remote bases: kustomize decides.
-		return c.diffBuilt(before, after, dir)
+		ds, built, err := c.diffBuilt(before, after, dir)
+		return ds, built, true, err
 	}
 	ta, cands, ok := c.derive(tb, after, dir, changed)
 	if ok {
@@ -329,10 +354,11 @@ func (c *Checker) diff(before, after Source, dir string, changed []string) ([]de
 		}
 	} else {
 		if ta, err = c.resolve(after, dir); err != nil {
-			return nil, nil, err
+			return nil, nil, false, err
 		}
 		if !ta.simple {
-			return c.diffBuilt(before, after, dir)
+			ds, built, err := c.diffBuilt(before, after, dir)
+			return ds, built, true, err
 		}
 		cands = append(tb.files.paths(), ta.files.paths()...)
 	}
@@ -356,17 +382,17 @@ func (c *Checker) diff(before, after Source, dir string, changed []string) ([]de
 		var ob, oa []object
 		if inB {
 			if ob, err = c.fileObjects(before, p, hb); err != nil {
-				return nil, nil, err
+				return nil, nil, false, err
 			}
 		}
 		if inA {
 			if oa, err = c.fileObjects(after, p, ha); err != nil {
-				return nil, nil, err
+				return nil, nil, false, err
 			}
 		}
 		out = append(out, compare(ob, oa, p, p)...)
 	}
-	return moved(out), built, nil
+	return moved(out), built, false, nil
 }
 
 // moved pairs an object removed from one file with the same object added
@@ -473,7 +499,7 @@ func (c *Checker) ruleFor(l gitops.Layout, before Source, req message.Request) (
 		if err != nil {
 			return r, err
 		}
-		r.release = func(p string) [][]string {
+		r.release = func(p string) map[string][][]string {
 			if strings.HasPrefix(p, l.PooledEnvsDir()+"/") {
 				return envFields
 			}
@@ -488,10 +514,10 @@ func (c *Checker) ruleFor(l gitops.Layout, before Source, req message.Request) (
 // rule judges differences for one message.
 type rule struct {
 	kind    message.Kind
-	files   func(path string) bool // the files whose objects the message names
-	want    []string               // where the tenant file of an onboarding or offboarding may be
-	objects map[string]bool        // what an onboarding's template renders for the tenant
-	release func(path string) [][]string
+	files   func(path string) bool                  // the files whose objects the message names
+	want    []string                                // where the tenant file of an onboarding or offboarding may be
+	objects map[string]bool                         // what an onboarding's template renders for the tenant
+	release func(path string) map[string][][]string // by kind
 }
 
 // declares reports whether object is one the onboarding's template renders
@@ -509,10 +535,11 @@ func (r rule) allows(d delta) bool {
 	case message.Offboarding:
 		return d.Op == opRemoved
 	case message.Deployment:
-		if d.Op != opChanged || d.kind != "HelmRelease" {
+		paths := r.release(d.File)[d.kind]
+		if d.Op != opChanged || len(paths) == 0 {
 			return false
 		}
-		return len(differing(mask(d.before, r.release(d.File)), mask(d.after, r.release(d.File)))) == 0
+		return len(differing(mask(d.before, paths), mask(d.after, paths))) == 0
 	}
 	return false
 }

@@ -68,10 +68,15 @@ type listed struct{ Source }
 
 func (m mem) DirHash(dir string) (string, error) {
 	h := sha256.New()
+	found := false
 	for _, p := range slices.Sorted(maps.Keys(m.MapFS)) {
 		if strings.HasPrefix(p, dir+"/") {
 			fmt.Fprintf(h, "%s\x00%s\x00", p, m.MapFS[p].Data)
+			found = true
 		}
+	}
+	if !found { // as a git snapshot answers for a folder it does not have
+		return "", fs.ErrNotExist
 	}
 	return fmt.Sprintf("%x", h.Sum(nil)), nil
 }

@@ -1,6 +1,7 @@
 package intent
 
 import (
+	"io/fs"
 	"maps"
 	"path"
 	"slices"
@@ -9,6 +10,7 @@ import (
 	"testing/fstest"
 
 	"github.com/tenant-worker/tenant-worker/internal/gitops"
+	"github.com/tenant-worker/tenant-worker/internal/message"
 	"github.com/tenant-worker/tenant-worker/templates"
 )
 
@@ -103,5 +105,41 @@ func TestMovedIntoShardKustomizations(t *testing.T) {
 	after[p2] = &fstest.MapFile{Data: []byte(strings.Replace(string(after[p2].Data), "0.0", "9.9", 1))}
 	if err := NewChecker(layout).Moved(mem{sharded}, mem{after}, append(changed, p2)); err == nil || !strings.Contains(err.Error(), "p2") {
 		t.Fatalf("an edit in the same change: %v, want p2's objects named", err)
+	}
+}
+
+// TestATierMoveAcrossShardKustomizations: under shard Kustomizations, a
+// tenant moved from premium to advanced in one change (the offboarding
+// and the onboarding of a move) leaves one shard folder and enters
+// another, which has no Kustomization (nor folder) yet. Checked as both
+// messages across every folder, it passes: the onboarding adds its
+// objects in the new folder, the offboarding removes them from the old.
+func TestATierMoveAcrossShardKustomizations(t *testing.T) {
+	m := onboarded(t, "p1", "p2", "p3")
+	sharded, _ := migrated(t, m, 16)
+	to := gitops.Layout{Root: templates.Root, Shards: 16, ShardKustomizations: true}
+	files, err := layout.MigrateTo(gitops.FS{FS: sharded}, to)
+	if err != nil {
+		t.Fatal(err)
+	}
+	before := clone(sharded)
+	for p, b := range files {
+		if b == nil {
+			delete(before, p)
+		} else {
+			before[p] = &fstest.MapFile{Data: b}
+		}
+	}
+	if _, err := fs.Stat(before, path.Dir(to.TenantFile("advanced", "p2"))); err == nil {
+		t.Fatal("the new shard folder exists already: the test would not test a new one")
+	}
+	offReq, mid, changed := planned(t, before, message.Offboarding, `{"tenant_id":"p2","tenant_tier":"premium"}`)
+	onReq, after, more := planned(t, mid, message.Onboarding, `{"tenant_id":"p2","tenant_tier":"advanced","release_version":"0.0"}`)
+	changed = append(changed, more...)
+	if err := NewChecker(layout).Check(mem{before}, mem{after}, offReq, changed, onReq); err != nil {
+		t.Errorf("the move, checked as both messages: %v", err)
+	}
+	if err := NewChecker(layout).Check(mem{before}, mem{after}, offReq, changed); err == nil {
+		t.Errorf("the move checked as the offboarding alone passed")
 	}
 }

@@ -501,9 +501,10 @@ func (c *Checker) tenantObjects(src Source, req message.Request) (map[string]boo
 	return ids, nil
 }
 
-// releaseFields are the paths, in the objects a template renders, of the
-// values that hold {RELEASE_VERSION}: what a deployment may change.
-func (c *Checker) releaseFields(src Source, tmpl string) ([][]string, error) {
+// releaseFields are the paths, by kind of the objects a template renders,
+// of the values that hold {RELEASE_VERSION}: what a deployment may change,
+// on any kind (a HelmRelease's chart version, a label of a Namespace).
+func (c *Checker) releaseFields(src Source, tmpl string) (map[string][][]string, error) {
 	content, err := src.ReadFile(tmpl)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, nil
@@ -517,12 +518,13 @@ func (c *Checker) releaseFields(src Source, tmpl string) ([][]string, error) {
 	}
 	const sentinel = "7070707.7070707"
 	text := strings.NewReplacer("{RELEASE_VERSION}", sentinel, "{TENANT_ID}", "t", "{ENVIRONMENT_ID}", "e").Replace(string(content))
-	var paths [][]string
+	paths := map[string][][]string{}
 	for _, doc := range gitops.Documents([]byte(text)) {
-		var body any
+		var body map[string]any
 		if yaml.Unmarshal([]byte(doc), &body) != nil {
 			continue // the template's own errors are validation's to report
 		}
+		kind, _ := body["kind"].(string)
 		var walk func(v any, at []string)
 		walk = func(v any, at []string) {
 			switch t := v.(type) {
@@ -533,20 +535,17 @@ func (c *Checker) releaseFields(src Source, tmpl string) ([][]string, error) {
 			case []any:
 				for _, x := range t {
 					if strings.Contains(fmt.Sprint(x), sentinel) {
-						paths = append(paths, at) // the whole list
+						paths[kind] = append(paths[kind], at) // the whole list
 						return
 					}
 				}
 			case string:
 				if strings.Contains(t, sentinel) {
-					paths = append(paths, at)
+					paths[kind] = append(paths[kind], at)
 				}
 			}
 		}
 		walk(body, nil)
-	}
-	if paths == nil {
-		paths = [][]string{}
 	}
 	c.fields.put(key, paths)
 	return paths, nil
