@@ -98,26 +98,35 @@ func servePublisher(ctx context.Context, o wconfig.Options, ln net.Listener, pub
 	fetch := true // at start and on each tick: the branch may have moved without this worker
 	superseded := 0
 	for {
+		var err error
 		if fetch {
-			if _, err := p.Sync(ctx); err != nil && ctx.Err() == nil {
-				log.Warn().Err(err).Msg("could not fetch the branch to publish it; publishing what this clone holds")
+			// What this clone holds may be older than the branch: a
+			// publish of it could make again what a newer commit took
+			// away. Without the fetch nothing is published until the next
+			// tick (the head check would refuse most of it anyway).
+			if _, err = p.Sync(ctx); err != nil && ctx.Err() == nil {
+				log.Warn().Err(err).Msg("could not fetch the branch to publish it; publishing nothing until the next try")
 			}
-			pub.Forget() // read every object again: one deleted or written elsewhere is made right
+			if err == nil {
+				pub.Forget() // read every object again: one deleted or written elsewhere is made right
+			}
 		}
-		err := p.ReadSince(ctx, pub.Last(), maxHistory, func(chain []*gitrepo.Snapshot, complete bool) error {
-			// What the branch went through since the last publish: the
-			// folders any of it changed are written even if they look
-			// published, so that an older publish in flight is refused.
-			h := publish.NewHistory(chain, complete)
-			snap := chain[len(chain)-1]
-			folders, err := pub.Publish(ctx, snap, snap.Commit.String(), h)
-			for _, f := range folders {
-				if f.Changed {
-					log.Info().Str("external_artifact", f.Name).Str("revision", f.Revision).Str("commit", snap.Commit.String()).Msg("shard folder published")
+		if err == nil {
+			err = p.ReadSince(ctx, pub.Last(), maxHistory, func(chain []*gitrepo.Snapshot, complete bool) error {
+				// What the branch went through since the last publish: the
+				// folders any of it changed are written even if they look
+				// published, so that an older publish in flight is refused.
+				h := publish.NewHistory(chain, complete)
+				snap := chain[len(chain)-1]
+				folders, err := pub.Publish(ctx, snap, snap.Commit.String(), h)
+				for _, f := range folders {
+					if f.Changed {
+						log.Info().Str("external_artifact", f.Name).Str("revision", f.Revision).Str("commit", snap.Commit.String()).Msg("shard folder published")
+					}
 				}
-			}
-			return err
-		})
+				return err
+			})
+		}
 		if errors.Is(err, publish.ErrSuperseded) && superseded < maxSuperseded && ctx.Err() == nil {
 			// Another replica pushed (and publishes) a newer commit: fetch
 			// it and publish it at once, rather than leave this replica's

@@ -243,6 +243,7 @@ func (p *Publisher) Publish(ctx context.Context, snap Source, commit string, h H
 	var (
 		out     []Folder
 		changes []*change
+		dones   []*change // pointed at already; made Kustomizations of, if missing
 		errs    []error
 		v       = newView(p.o.Client, p.o.Namespace)
 	)
@@ -267,12 +268,18 @@ func (p *Publisher) Publish(ctx context.Context, snap Source, commit string, h H
 				errs = append(errs, err)
 			case c.obj != nil:
 				changes = append(changes, c)
+			case c.tree != "":
+				dones = append(dones, c)
 			default:
 				out = append(out, c.f)
 			}
 		}
 	}
-	if len(changes) > 0 && p.o.Head != nil {
+	// Nothing is made or pointed at from a commit that is no longer the
+	// branch's head: a missing object or Kustomization may be missing
+	// because a newer commit took the layout back (layout migrate
+	// --no-shard-kustomizations deletes them).
+	if p.o.Head != nil && (len(changes) > 0 || p.making(dones)) {
 		head, err := p.o.Head(ctx)
 		if err != nil {
 			return out, errors.Join(append(errs, fmt.Errorf("read the branch's head: %w", err))...)
@@ -280,6 +287,13 @@ func (p *Publisher) Publish(ctx context.Context, snap Source, commit string, h H
 		if head != commit {
 			return out, errors.Join(append(errs, fmt.Errorf("publish %s: %w: the branch is at %s", commit, ErrSuperseded, head))...)
 		}
+	}
+	for _, c := range dones {
+		if err := p.done(ctx, v, c); err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		out = append(out, c.f)
 	}
 	for _, c := range changes {
 		if err := p.write(ctx, v, c); err != nil {
@@ -345,8 +359,10 @@ func (p *Publisher) Last() string {
 type change struct {
 	f         Folder
 	dir, tree string
-	// obj is the object as read, nil when it points at the folder already.
-	obj  *unstructured.Unstructured
+	// obj is the object as read, nil when it points at the folder already;
+	// create: it is missing, made by write.
+	obj    *unstructured.Unstructured
+	create bool
 	file string
 	a    artifact.Artifact
 	// origin is the branch and commit the archive came from.
@@ -381,20 +397,21 @@ func (p *Publisher) read(ctx context.Context, v *view, snap Source, commit, tier
 	if err != nil {
 		return nil, fmt.Errorf("read %s: %w", dir, err)
 	}
-	c.tree = tree
 	p.mu.Lock()
 	same, force := p.trees[dir] == tree, p.pending[dir]
 	p.mu.Unlock()
 	if same && !force {
-		return c, nil
+		return c, nil // published from this tree: nothing to do
 	}
+	c.tree = tree
 	if c.a, err = p.build(snap, dir, tree); err != nil {
 		return nil, err
 	}
 	c.origin = p.o.Branch + "@sha1:" + commit
 	c.file = path.Join(commit, tier, shard, strings.TrimPrefix(c.a.Digest, "sha256:")+".tar.gz")
 	p.serve(c.f.Name, c.file, c.a.Data)
-	obj, write, err := p.object(ctx, v, c.f.Name, c.a, force, c.origin)
+	obj, write, missing, err := p.object(ctx, v, c.f.Name, c.a, force, c.origin)
+	c.create = missing
 	if err != nil {
 		return nil, fmt.Errorf("publish %s: %w", c.f.Name, err)
 	}
@@ -410,7 +427,23 @@ func (p *Publisher) read(ctx context.Context, v *view, snap Source, commit, tier
 		c.obj = obj
 		return c, nil
 	}
-	return c, p.done(ctx, v, c)
+	return c, nil // pointed at already: done once the head is checked
+}
+
+// making reports whether any of cs lacks a Kustomization that done would
+// make.
+func (p *Publisher) making(cs []*change) bool {
+	if p.o.Template == "" {
+		return false
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, c := range cs {
+		if !p.applied[c.f.Name] {
+			return true
+		}
+	}
+	return false
 }
 
 // ErrApplying: the Kustomization of a folder to write has not finished
@@ -518,6 +551,17 @@ func (p *Publisher) Waiting(ctx context.Context) bool {
 // write points the object read at the folder's archive, unless it was
 // written since it was read.
 func (p *Publisher) write(ctx context.Context, v *view, c *change) error {
+	res := p.o.Client.Resource(flux.ExternalArtifacts).Namespace(p.o.Namespace)
+	if c.create {
+		made, err := res.Create(ctx, c.obj, metav1.CreateOptions{})
+		if apierrors.IsAlreadyExists(err) { // made by another replica since the listing
+			return fmt.Errorf("publish %s: %w: made by another replica", c.f.Name, ErrSuperseded)
+		}
+		if err != nil {
+			return fmt.Errorf("publish %s: %w", c.f.Name, err)
+		}
+		c.obj = made
+	}
 	now := time.Now().UTC().Format(time.RFC3339)
 	status := map[string]any{
 		"artifact": map[string]any{
@@ -535,7 +579,7 @@ func (p *Publisher) write(ctx context.Context, v *view, c *change) error {
 	if err := unstructured.SetNestedMap(c.obj.Object, status, "status"); err != nil {
 		return fmt.Errorf("publish %s: %w", c.f.Name, err)
 	}
-	_, err := p.o.Client.Resource(flux.ExternalArtifacts).Namespace(p.o.Namespace).UpdateStatus(ctx, c.obj, metav1.UpdateOptions{})
+	_, err := res.UpdateStatus(ctx, c.obj, metav1.UpdateOptions{})
 	if apierrors.IsConflict(err) {
 		return fmt.Errorf("publish %s: %w: %v", c.f.Name, ErrSuperseded, err)
 	}
@@ -625,26 +669,22 @@ func (p *Publisher) usedLocked(file, except string) bool {
 	return false
 }
 
-// object reads the object, creating it if it is missing, and says whether
-// it must change to point at a: not when it points at a already (with
-// force, at a from origin).
-func (p *Publisher) object(ctx context.Context, v *view, name string, a artifact.Artifact, force bool, origin string) (*unstructured.Unstructured, bool, error) {
-	res := p.o.Client.Resource(flux.ExternalArtifacts).Namespace(p.o.Namespace)
-	obj, err := v.get(ctx, flux.ExternalArtifacts, name)
+// object reads the object and says whether it must change to point at a
+// (not when it points at a already; with force, at a from origin), and
+// whether it is missing: then obj is the object to make.
+func (p *Publisher) object(ctx context.Context, v *view, name string, a artifact.Artifact, force bool, origin string) (obj *unstructured.Unstructured, write, missing bool, err error) {
+	obj, err = v.get(ctx, flux.ExternalArtifacts, name)
 	if apierrors.IsNotFound(err) {
-		obj = &unstructured.Unstructured{Object: map[string]any{
+		// Made by write, once the head is checked.
+		return &unstructured.Unstructured{Object: map[string]any{
 			"apiVersion": "source.toolkit.fluxcd.io/v1", "kind": "ExternalArtifact",
 			"metadata": map[string]any{"name": name, "namespace": p.o.Namespace,
 				"labels": map[string]any{"app.kubernetes.io/managed-by": "tenant-worker"}},
 			"spec": map[string]any{},
-		}}
-		obj, err = res.Create(ctx, obj, metav1.CreateOptions{})
-		if apierrors.IsAlreadyExists(err) { // made by another replica since the listing
-			obj, err = res.Get(ctx, name, metav1.GetOptions{})
-		}
+		}}, true, true, nil
 	}
 	if err != nil {
-		return nil, false, err
+		return nil, false, false, err
 	}
 	was, _, _ := unstructured.NestedString(obj.Object, "status", "artifact", "metadata", OriginRevision)
 	if d, _, _ := unstructured.NestedString(obj.Object, "status", "artifact", "digest"); d == a.Digest && (!force || was == origin) {
@@ -654,9 +694,9 @@ func (p *Publisher) object(ctx context.Context, v *view, name string, a artifact
 		if u, _, _ := unstructured.NestedString(obj.Object, "status", "artifact", "url"); strings.HasPrefix(u, strings.TrimSuffix(p.o.URL, "/")+"/") {
 			p.serve(name, strings.TrimPrefix(u, strings.TrimSuffix(p.o.URL, "/")+"/"), a.Data)
 		}
-		return obj, false, nil
+		return obj, false, false, nil
 	}
-	return obj, true, nil
+	return obj, true, false, nil
 }
 
 // FromTemplate returns a Kustomization named name, in tmpl's namespace,

@@ -1091,3 +1091,64 @@ func TestAHoldIsNotCarriedOverToAnArchiveAnotherReplicaWrote(t *testing.T) {
 			maxHold-5*time.Second, err, digestOf(t, x, name), d2, t0.Format(time.TimeOnly))
 	}
 }
+
+// TestNothingIsMadeFromACommitNoLongerTheHead: a publish of a commit that
+// is no longer the branch's head (its fetch failed, or another replica, or
+// layout migrate --no-shard-kustomizations, pushed since) makes nothing:
+// neither a missing ExternalArtifact nor a missing Kustomization, which a
+// migration back deleted and would find made again. Published on the
+// head, both are made.
+func TestNothingIsMadeFromACommitNoLongerTheHead(t *testing.T) {
+	ctx := context.Background()
+	dyn := dynfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(),
+		map[schema.GroupVersionResource]string{flux.Kustomizations: "KustomizationList", flux.ExternalArtifacts: "ExternalArtifactList"},
+		tenantsKustomization())
+	head := "c2" // migrated back: no shard Kustomizations on the branch
+	p := replica(dyn, &head)
+	p.o.Template = "dataplane-tenants"
+	name := Name("premium", "shard-00")
+	count := func() (artifacts, kustomizations int) {
+		for _, gvr := range []schema.GroupVersionResource{flux.ExternalArtifacts, flux.Kustomizations} {
+			list, err := dyn.Resource(gvr).Namespace("flux-system").List(ctx, metav1.ListOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, o := range list.Items {
+				if o.GetName() == name {
+					if gvr == flux.ExternalArtifacts {
+						artifacts++
+					} else {
+						kustomizations++
+					}
+				}
+			}
+		}
+		return artifacts, kustomizations
+	}
+	if _, err := p.Publish(ctx, shardTree("a"), "c1", History{}); !errors.Is(err, ErrSuperseded) {
+		t.Fatalf("publish of c1 with the branch at c2: %v, want ErrSuperseded", err)
+	}
+	if a, k := count(); a+k > 0 {
+		t.Fatalf("a publish of a superseded commit made %d ExternalArtifacts and %d Kustomizations", a, k)
+	}
+	// Its ExternalArtifact there already, its Kustomization not: still
+	// nothing made.
+	head = "c1"
+	if _, err := p.Publish(ctx, shardTree("a"), "c1", History{}); err != nil {
+		t.Fatal(err)
+	}
+	if a, k := count(); a != 1 || k != 1 {
+		t.Fatalf("published on the head: %d ExternalArtifacts, %d Kustomizations, want 1 and 1", a, k)
+	}
+	if err := dyn.Resource(flux.Kustomizations).Namespace("flux-system").Delete(ctx, name, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	p.Forget()
+	head = "c2"
+	if _, err := p.Publish(ctx, shardTree("a"), "c1", History{}); !errors.Is(err, ErrSuperseded) {
+		t.Fatalf("publish of c1 with the branch at c2, its object in place: %v, want ErrSuperseded", err)
+	}
+	if _, k := count(); k != 0 {
+		t.Fatal("a publish of a superseded commit made the Kustomization a migration back deleted")
+	}
+}
