@@ -8,16 +8,13 @@
 package artifact
 
 import (
-	"archive/tar"
 	"bytes"
-	"compress/gzip"
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
 	"maps"
 	"path"
 	"slices"
-	"time"
 )
 
 // Source is a snapshot of the repository: a folder's files with an id of
@@ -37,31 +34,24 @@ type Artifact struct {
 	Digest string
 }
 
-// Build archives dir of src, its subfolders included.
+// Build archives dir of src, its subfolders included, in the format
+// format.go defines: the same folder gives the same bytes whatever Go
+// release built the worker.
 func Build(src Source, dir string) (Artifact, error) {
 	var buf bytes.Buffer
-	zw, err := gzip.NewWriterLevel(&buf, gzip.BestCompression)
-	if err != nil {
-		return Artifact{}, err
-	}
-	tw := tar.NewWriter(zw)
+	tw := tarWriter{&buf}
 	if err := add(tw, src, dir, ""); err != nil {
 		return Artifact{}, err
 	}
-	if err := tw.Close(); err != nil {
-		return Artifact{}, fmt.Errorf("archive %s: %w", dir, err)
-	}
-	if err := zw.Close(); err != nil {
-		return Artifact{}, fmt.Errorf("archive %s: %w", dir, err)
-	}
-	sum := sha256.Sum256(buf.Bytes())
-	digest := "sha256:" + hex.EncodeToString(sum[:])
-	return Artifact{Data: buf.Bytes(), Digest: digest}, nil
+	tw.end()
+	data := gzipStored(buf.Bytes())
+	sum := sha256.Sum256(data)
+	return Artifact{Data: data, Digest: "sha256:" + hex.EncodeToString(sum[:])}, nil
 }
 
 // add writes the files of dir, then its folders, each in name order, under
 // rel (the path inside the archive).
-func add(tw *tar.Writer, src Source, dir, rel string) error {
+func add(tw tarWriter, src Source, dir, rel string) error {
 	files, dirs, err := src.Entries(dir)
 	if err != nil {
 		return fmt.Errorf("list %s: %w", dir, err)
@@ -73,20 +63,14 @@ func add(tw *tar.Writer, src Source, dir, rel string) error {
 		}
 		// Fixed headers: owner, mode and times say nothing of where or
 		// when the archive was made, so its digest is the content's.
-		hdr := &tar.Header{Typeflag: tar.TypeReg, Name: path.Join(rel, name), Mode: 0o600, Size: int64(len(content)),
-			ModTime: time.Unix(0, 0), Format: tar.FormatPAX}
-		if err := tw.WriteHeader(hdr); err != nil {
-			return fmt.Errorf("archive %s: %w", hdr.Name, err)
-		}
-		if _, err := tw.Write(content); err != nil {
-			return fmt.Errorf("archive %s: %w", hdr.Name, err)
+		if err := tw.file(path.Join(rel, name), content); err != nil {
+			return fmt.Errorf("archive %s: %w", dir, err)
 		}
 	}
 	for _, d := range slices.Sorted(slices.Values(dirs)) {
 		name := path.Join(rel, d)
-		hdr := &tar.Header{Typeflag: tar.TypeDir, Name: name + "/", Mode: 0o750, ModTime: time.Unix(0, 0), Format: tar.FormatPAX}
-		if err := tw.WriteHeader(hdr); err != nil {
-			return fmt.Errorf("archive %s: %w", name, err)
+		if err := tw.folder(name); err != nil {
+			return fmt.Errorf("archive %s: %w", dir, err)
 		}
 		if err := add(tw, src, path.Join(dir, d), name); err != nil {
 			return err

@@ -363,8 +363,8 @@ type change struct {
 	// create: it is missing, made by write.
 	obj    *unstructured.Unstructured
 	create bool
-	file string
-	a    artifact.Artifact
+	file   string
+	a      artifact.Artifact
 	// origin is the branch and commit the archive came from.
 	origin string
 }

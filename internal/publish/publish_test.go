@@ -3,6 +3,8 @@ package publish
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"maps"
@@ -1150,5 +1152,60 @@ func TestNothingIsMadeFromACommitNoLongerTheHead(t *testing.T) {
 	}
 	if _, k := count(); k != 0 {
 		t.Fatal("a publish of a superseded commit made the Kustomization a migration back deleted")
+	}
+}
+
+// TestTwoReplicasServeOneArchive: two replicas publish the same branch
+// again and again, as their periodic publishes do: the ExternalArtifact is
+// written once and never flaps between two digests, and the archive its
+// URL names is the same bytes from either replica, matching the digest
+// kustomize-controller checks. The bytes are the artifact format's alone
+// (internal/artifact/format.go), not a compressor's, so replicas of
+// different builds agree too.
+func TestTwoReplicasServeOneArchive(t *testing.T) {
+	ctx := context.Background()
+	dyn, _ := optimisticClient()
+	head := "c1"
+	x, y := replica(dyn, &head), replica(dyn, &head)
+	at := func(ctx context.Context, commit string, fn func(Source) error) error { return fn(shardTree("a", "b")) }
+	x.BuildWith(at)
+	y.BuildWith(at)
+	name := Name("premium", "shard-00")
+	for round := range 4 {
+		for _, p := range []*Publisher{x, y} {
+			p.Forget()
+			if _, err := p.Publish(ctx, shardTree("a", "b"), "c1", History{}); err != nil {
+				t.Fatalf("round %d: %v", round, err)
+			}
+		}
+	}
+	updates := 0
+	for _, a := range dyn.Actions() {
+		if a.GetVerb() == "update" && a.GetResource() == flux.ExternalArtifacts {
+			updates++
+		}
+	}
+	if updates != 1 {
+		t.Errorf("the ExternalArtifact was written %d times, want once: it flaps", updates)
+	}
+	digest, err := artifactField(dyn, name, "digest")
+	if err != nil {
+		t.Fatal(err)
+	}
+	url, err := artifactField(dyn, name, "url")
+	if err != nil {
+		t.Fatal(err)
+	}
+	file := strings.TrimPrefix(url, "http://worker:8081")
+	for i, p := range []*Publisher{x, y, replica(dyn, &head)} {
+		if i == 2 {
+			p.BuildWith(at) // a replica that published nothing: built on request
+		}
+		rec := httptest.NewRecorder()
+		p.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, file, nil))
+		sum := sha256.Sum256(rec.Body.Bytes())
+		if rec.Code != http.StatusOK || "sha256:"+hex.EncodeToString(sum[:]) != digest {
+			t.Errorf("replica %d serves %s with %d, bytes of another digest than the object's %s", i, file, rec.Code, digest)
+		}
 	}
 }
