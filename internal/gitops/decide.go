@@ -35,17 +35,19 @@ type tenantHistory struct {
 	dirty bool
 }
 
-// history reads tenant id's history; treeTiers, when not nil, are the
-// tiers known to list it (a tier deployment knows its own), so that the
-// other tiers are looked up only when the fold disagrees.
-func (p *planner) history(id string, known string) (*tenantHistory, error) {
-	h := &tenantHistory{id: id, stored: map[string]ledger.Record{}, states: map[string]tenantState{}}
-	if known != "" {
-		h.tree = []string{known}
-	} else if err := p.lookTree(h); err != nil {
-		return nil, err
+// history reads tenant id's history. tree, when not nil, lists the tiers
+// known to list it (a tier deployment reads every tier's lists once);
+// deployed, when set, is the tier a deployment of a whole tier decides
+// for: the tenant's records are read as far as they bear on it, and the
+// release its file holds is not read (the deployment sets it anyway).
+func (p *planner) history(id string, tree []string, deployed string) (*tenantHistory, error) {
+	h := &tenantHistory{id: id, stored: map[string]ledger.Record{}, states: map[string]tenantState{}, tree: tree}
+	if tree == nil {
+		if err := p.lookTree(h); err != nil {
+			return nil, err
+		}
 	}
-	own := known == "" // the tenant's own message: its records are written
+	own := deployed == "" // the tenant's own message: its records are written
 	if p.ledger == nil {
 		return h, p.treeBase(h, true)
 	}
@@ -58,7 +60,7 @@ func (p *planner) history(id string, known string) (*tenantHistory, error) {
 		h.events = append(h.events, e)
 		h.stored[kr.Key] = kr.Record
 	}
-	legacy, existence, err := p.legacy(h, known)
+	legacy, existence, err := p.legacy(h, deployed)
 	if err != nil {
 		return nil, err
 	}
@@ -86,6 +88,7 @@ func (p *planner) history(id string, known string) (*tenantHistory, error) {
 	// during a rolling update) count too: folded in, the ones about a
 	// tenant's existence by the tree's word (see anchor).
 	for _, e := range legacy {
+		// One event of each kind an earlier version recorded: the latest.
 		i := slices.IndexFunc(h.events, func(o history.Event) bool { return o.ID == e.ID })
 		switch {
 		case i < 0:
@@ -95,16 +98,6 @@ func (p *planner) history(id string, known string) (*tenantHistory, error) {
 		}
 	}
 	h.legacyAt = existence
-	if known != "" {
-		// Where the fold puts it is what the tree says of the tier looked
-		// up; anywhere else, the other tiers are looked up too.
-		if s, _ := p.fold(h); !s.Present || s.Tier != known {
-			h.tree = nil
-			if err := p.lookTree(h); err != nil {
-				return nil, err
-			}
-		}
-	}
 	return h, nil
 }
 
@@ -167,7 +160,9 @@ func (p *planner) treeBase(h *tenantHistory, release bool) error {
 	}
 	if n := len(log); n > 0 {
 		last := log[n-1]
-		h.events = append(h.events, history.Event{Sent: last.Sent, ID: last.ID, Kind: history.Set, Tier: s.Tier, Release: last.Release})
+		// The release its file holds, or, unread, "as the file has it": a
+		// deployment sent after it changes it, one sent before does not.
+		h.events = append(h.events, history.Event{Sent: last.Sent, ID: last.ID, Kind: history.Set, Tier: s.Tier, Release: s.Release})
 	}
 	return nil
 }
@@ -284,14 +279,23 @@ func tenantEvent(e history.Event) bool { return e.Kind != history.TierDeploy }
 // anchor makes the tree's word the tenant's base when the tree does not
 // have it where its records say (an edit by hand): the edit counts as made
 // after every message recorded, which are folded into the base. A held
-// message among them can no longer take effect: its hold ends.
-func (p *planner) anchor(h *tenantHistory) {
+// message among them can no longer take effect: its hold ends. With
+// release, the release its file holds counts too (read only for the
+// tenant's own message: a tier's deployment sets it anyway).
+func (p *planner) anchor(h *tenantHistory, release bool) {
 	s, steps := p.fold(h)
 	tree := p.treeState(h, false)
 	if s.Present == tree.Present && (!s.Present || s.Tier == tree.Tier) {
-		return
+		if !release || !s.Present || s.Release == "" {
+			return
+		}
+		// With the release its file holds: a file set back by hand.
+		if tree = p.treeState(h, true); tree.Release == "" || tree.Release == s.Release {
+			return
+		}
+	} else {
+		tree = p.treeState(h, true)
 	}
-	tree = p.treeState(h, true)
 	last := history.Event{Sent: h.base.Sent, ID: h.base.ID}
 	if h.legacyAt > last.Sent {
 		last = history.Event{Sent: h.legacyAt}
@@ -312,15 +316,16 @@ func (p *planner) anchor(h *tenantHistory) {
 }
 
 // expire ends the holds that have run out: those messages are rejected
-// for good, each reported.
-func (p *planner) expire(h *tenantHistory) {
+// for good, each reported (but except, the message being decided, which
+// is refused instead).
+func (p *planner) expire(h *tenantHistory, except string) {
 	_, steps := p.fold(h)
 	for _, st := range steps {
-		if !tenantEvent(st.Event) || st.Outcome != history.Held || !p.holdEnded(st.Sent) {
+		if !tenantEvent(st.Event) || st.Outcome != history.Held || !p.holdEnded(st.Sent) || st.ID == except {
 			continue
 		}
 		for i := range h.events {
-			if h.events[i].ID == st.ID {
+			if slot(h.events[i]) == slot(st.Event) {
 				h.events[i].Rejected = true
 			}
 		}
@@ -342,10 +347,10 @@ func (p *planner) record(h *tenantHistory) {
 		return
 	}
 	_, steps := p.fold(h)
-	held := map[string]bool{}
+	held := map[string]bool{} // by slot
 	for _, st := range steps {
 		if tenantEvent(st.Event) && st.Outcome == history.Held {
-			held[st.ID] = true
+			held[slot(st.Event)] = true
 		}
 	}
 	base, rest := h.base, p.inputs(h)
@@ -360,7 +365,7 @@ func (p *planner) record(h *tenantHistory) {
 	}
 	for _, e := range rest {
 		if tenantEvent(e) {
-			want[ledger.Log(h.id, e.ID)] = ledger.Record{MS: e.Sent, Value: eventValue(e)}
+			want[ledger.Log(h.id, slot(e))] = ledger.Record{MS: e.Sent, Value: eventValue(e)}
 		}
 	}
 	for k, r := range want {
@@ -376,25 +381,26 @@ func (p *planner) record(h *tenantHistory) {
 	for _, k := range h.legacy {
 		p.ledger.Delete(k)
 	}
-	// The holds' index: one entry for each message held now and kept.
-	ids := map[string]bool{}
-	for _, e := range h.events {
-		ids[e.ID] = true
-	}
-	for k := range h.stored {
-		if id, ok := strings.CutPrefix(k, ledger.LogPrefix(h.id)); ok {
-			ids[id] = true
+	// The holds' index: one entry for each message held now and kept, and
+	// none left behind.
+	slots := map[string]bool{}
+	for k := range want {
+		if sl, ok := strings.CutPrefix(k, ledger.LogPrefix(h.id)); ok {
+			slots[sl] = true
 		}
 	}
-	for id := range ids {
-		key := ledger.Hold(h.id, id)
-		rec, indexed := p.ledger.Get(key)
-		wanted, ok := want[ledger.Log(h.id, id)]
-		switch {
-		case held[id] && ok && (!indexed || rec.MS != wanted.MS):
-			p.ledger.Set(key, wanted.MS, "")
-		case (!held[id] || !ok) && indexed:
-			p.ledger.Delete(key)
+	indexed := map[string]bool{}
+	for _, kr := range p.ledger.Scan(ledger.HoldsOf(h.id)) {
+		sl := strings.TrimPrefix(kr.Key, ledger.HoldsOf(h.id))
+		indexed[sl] = true
+		if !held[sl] || !slots[sl] {
+			p.ledger.Delete(kr.Key)
+		}
+	}
+	for sl := range held {
+		if slots[sl] && !indexed[sl] {
+			r := want[ledger.Log(h.id, sl)]
+			p.ledger.Set(ledger.Hold(h.id, sl), r.MS, "")
 		}
 	}
 	h.stored = want

@@ -78,7 +78,11 @@ func (p *planner) report(id string, st history.Step, outcome history.Outcome) {
 	if outcome.Conflict() {
 		r.Reason = st.Reason
 	}
-	p.resolved = append(p.resolved, r)
+	if !strings.HasPrefix(st.ID, "legacy-") {
+		// An earlier version kept no id of a message it held: the commit
+		// says what became of it, no result event can.
+		p.resolved = append(p.resolved, r)
+	}
 	what := map[history.Outcome]string{
 		history.Applied:   "now takes effect",
 		history.Unchanged: "is now in place",
@@ -97,7 +101,7 @@ func (p *planner) tenantMessage(req message.Request, key string) error {
 	id := req.TenantID
 	p.message = wording(req)
 	ev := eventFor(req, p.sent, key)
-	h, err := p.history(id, "")
+	h, err := p.history(id, nil, "")
 	if err != nil {
 		return err
 	}
@@ -107,10 +111,8 @@ func (p *planner) tenantMessage(req message.Request, key string) error {
 		p.verdict = verdictCovered
 		return nil
 	}
-	if err := p.checkTier(req.Tier); err != nil {
-		return err
-	}
-	if req.Kind == message.Onboarding {
+	tierErr := p.checkTier(req.Tier)
+	if req.Kind == message.Onboarding && tierErr == nil {
 		if err := p.checkNotPooledEnv(id); err != nil {
 			return err
 		}
@@ -120,16 +122,26 @@ func (p *planner) tenantMessage(req message.Request, key string) error {
 			"changed until all but one of them are removed by hand; then send the message again",
 			id, strings.Join(h.tree, " and "))
 	}
-	p.anchor(h)
-	p.expire(h)
+	p.anchor(h, true)
+	p.expire(h, "")
 	before, was := p.fold(h)
 	h.events = append(h.events, ev)
+	// A message the new one puts in conflict whose hold is over is
+	// rejected now, as it would be arriving in conflict.
+	p.expire(h, ev.ID)
 	after, steps := p.fold(h)
 	for _, st := range steps {
 		if st.ID != ev.ID || !tenantEvent(st.Event) {
 			continue
 		}
 		switch {
+		case tierErr != nil && (st.Outcome == history.Held || !before.Same(after)):
+			return tierErr // it would act on a tier the repository no longer has
+		case tierErr != nil:
+			// Undone by messages sent after it (or in place), in a tier
+			// gone since: nothing to record.
+			p.verdict = verdictCovered
+			return nil
 		case st.Outcome.Conflict() && p.holdEnded(ev.Sent):
 			return reject.Errorf(st.Reason, "%s", p.conflict(req, before))
 		case st.Outcome == history.Held:
@@ -241,9 +253,17 @@ func (p *planner) deployTier(req message.Request, key string) error {
 	if err != nil {
 		return fmt.Errorf("list tenants of tier %s: %w", req.Tier, err)
 	}
-	listed, err := p.Listed(p.r, req.Tier)
-	if err != nil {
-		return fmt.Errorf("list tenants of tier %s: %w", req.Tier, err)
+	// Every tier's lists, read once: a tenant listed in two tiers (an edit
+	// by hand) is left alone.
+	listedIn := map[string][]string{}
+	for _, tier := range p.tiers {
+		ids, err := p.Listed(p.r, tier)
+		if err != nil {
+			return fmt.Errorf("list tenants of tier %s: %w", tier, err)
+		}
+		for id := range ids {
+			listedIn[id] = append(listedIn[id], tier)
+		}
 	}
 	tmplName := p.TenantTemplate(req.Tier)
 	tmpl, err := p.r.ReadFile(tmplName)
@@ -251,20 +271,21 @@ func (p *planner) deployTier(req message.Request, key string) error {
 		return fmt.Errorf("read template: %w", err)
 	}
 	for _, t := range tenants {
-		if message.ValidateTenantID(t.ID) != nil || !listed[t.ID] {
+		tree := listedIn[t.ID]
+		if message.ValidateTenantID(t.ID) != nil || !slices.Contains(tree, req.Tier) {
 			continue // not a tenant file this worker wrote, or one nobody applies: left alone
 		}
-		h, err := p.history(t.ID, req.Tier)
+		if len(tree) > 1 {
+			p.notes = append(p.notes, fmt.Sprintf("Tenant %s is in tiers %s at once (an edit by hand): left as it is.",
+				t.ID, strings.Join(tree, " and ")))
+			continue
+		}
+		h, err := p.history(t.ID, tree, req.Tier)
 		if err != nil {
 			return err
 		}
-		if len(h.tree) > 1 {
-			p.notes = append(p.notes, fmt.Sprintf("Tenant %s is in tiers %s at once (an edit by hand): left as it is.",
-				t.ID, strings.Join(h.tree, " and ")))
-			continue
-		}
-		p.anchor(h)
-		p.expire(h)
+		p.anchor(h, false)
+		p.expire(h, "")
 		before, _ := p.fold(h)
 		after, _ := p.fold(h, ev)
 		if !before.Same(after) && after.Present && after.Tier == req.Tier {
@@ -366,20 +387,35 @@ func (p *planner) endHolds() error {
 			due[id] = true
 		}
 	}
-	if len(due) == 0 {
+	if _, indexed := p.ledger.Get(ledger.EarlierHoldsIndexed); !indexed {
+		// Once: the held messages an earlier version recorded are in no
+		// index; their tenants are read and written, which indexes them.
+		err := p.ledger.Walk(func(k string) {
+			if r, ok := p.ledger.Get(k); ok {
+				if id, held := ledger.EarlierHold(k, r.Value); held {
+					due[id] = true
+				}
+			}
+		})
+		if err != nil {
+			return fmt.Errorf("%w: the ledger branch: %v", ErrBroken, err)
+		}
+		p.ledger.Set(ledger.EarlierHoldsIndexed, p.now, "")
+		p.message = "Indexing the held messages of earlier versions"
+	} else if len(due) == 0 {
 		p.verdict = verdictCovered // nothing to write
 		return nil
 	}
 	for _, id := range slices.Sorted(maps.Keys(due)) {
-		h, err := p.history(id, "")
+		h, err := p.history(id, nil, "")
 		if err != nil {
 			return err
 		}
 		if len(h.tree) > 1 {
 			continue // every message about it is refused until a person mends it
 		}
-		p.anchor(h)
-		p.expire(h)
+		p.anchor(h, true)
+		p.expire(h, "")
 		p.record(h)
 	}
 	if n := len(p.resolved); n > 0 {

@@ -96,7 +96,7 @@ func TestHoldsEnd(t *testing.T) {
 	if c, err := tryWith(t, m, onTo("t1", "basic", 3), at(4)); err != nil || !c.Held {
 		t.Fatalf("onboarding to basic: %v, %v, want held", outcome(c), err)
 	}
-	if c := endHolds(12); !c.Empty() || len(c.Resolved) > 0 {
+	if c := endHolds(12); len(c.Files) > 0 || len(c.Resolved) > 0 {
 		t.Fatalf("a hold ended before its time: %+v", c)
 	}
 	c := endHolds(13)

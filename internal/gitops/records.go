@@ -2,6 +2,7 @@ package gitops
 
 import (
 	"fmt"
+	"strconv"
 	"strings"
 
 	"github.com/tenant-worker/tenant-worker/internal/history"
@@ -11,10 +12,10 @@ import (
 // What the ledger holds of a tenant's history, one line a record (see
 // internal/ledger for the files):
 //
-//	log/<tenant>/<message>   <sent>  <kind>,<tier>,<release>[,rejected]
+//	log/<tenant>/<sent>/<message> <sent> <kind>,<tier>,<release>[,rejected]
 //	base/<tenant>            <sent>  absent,<message> | in,<tier>,<release>,<asked>,<message>
 //	tierlog/<tier>/<message> <sent>  <release>
-//	hold/<tenant>/<message>  <sent>
+//	hold/<tenant>/<sent>/<message> <sent>
 //
 // A tenant's log and base are one group file; a tier's deployments share
 // the group of its tier; the holds are one file.
@@ -28,13 +29,22 @@ func eventValue(e history.Event) string {
 	return v
 }
 
-// eventOf reads a log record: key is the message's part of its key.
+// slot is an event's part of its log key: its send time and message id,
+// as the ledger tells messages apart (an id seen again at another send
+// time is another message).
+func slot(e history.Event) string { return strconv.FormatInt(e.Sent, 10) + "/" + e.ID }
+
+// eventOf reads a log record: key is its slot.
 func eventOf(key string, r ledger.Record) (history.Event, error) {
+	ms, id, ok := strings.Cut(key, "/")
+	if !ok || ms != strconv.FormatInt(r.MS, 10) {
+		return history.Event{}, fmt.Errorf("log record %s: want <send time>/<message id>, the send time the record's", key)
+	}
 	f := strings.Split(r.Value, ",")
 	if len(f) < 3 || len(f) > 4 || len(f) == 4 && f[3] != "rejected" {
 		return history.Event{}, fmt.Errorf("log record %s: want <kind>,<tier>,<release>[,rejected], got %q", key, r.Value)
 	}
-	e := history.Event{Sent: r.MS, ID: key, Kind: history.Kind(f[0]), Tier: f[1], Release: f[2], Rejected: len(f) == 4}
+	e := history.Event{Sent: r.MS, ID: id, Kind: history.Kind(f[0]), Tier: f[1], Release: f[2], Rejected: len(f) == 4}
 	switch e.Kind {
 	case history.Onboard, history.Offboard, history.Deploy, history.Set:
 	default:

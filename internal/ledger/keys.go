@@ -59,10 +59,28 @@ func TierLogPrefix(tier string) string { return "tierlog/" + escape(tier) + "/" 
 // MessageKey, so that its hold can be ended without reading every
 // tenant's record: every Hold is one group file, read by
 // Scan(HoldPrefix).
-func Hold(id, key string) string { return HoldPrefix + escape(id) + "/" + key }
+func Hold(id, key string) string { return HoldsOf(id) + key }
+
+// HoldsOf is what every Hold key of tenant id starts with.
+func HoldsOf(id string) string { return HoldPrefix + escape(id) + "/" }
 
 // HoldPrefix is what every Hold key starts with.
 const HoldPrefix = "hold/"
+
+// EarlierHoldsIndexed is the record, among the holds, that says the held
+// messages an earlier version recorded (HeldIn, and ReleaseIn with a
+// value) were looked for once in the whole ledger and put in the index.
+const EarlierHoldsIndexed = HoldPrefix + "earlier-versions-indexed"
+
+// EarlierHold is the tenant whose held message target records, when it is
+// an earlier version's record of one (HeldIn, or ReleaseIn with value).
+func EarlierHold(target string, value string) (string, bool) {
+	kind, rest, _ := strings.Cut(target, "/")
+	if kind != "held" && !(kind == "release" && value != "" && strings.Contains(rest, "/")) {
+		return "", false
+	}
+	return unescape(rest[strings.LastIndexByte(rest, '/')+1:]), true
+}
 
 // durable reports whether target is a record that Prune keeps whatever
 // its age: a tenant's messages and base, a tier's deployments and the

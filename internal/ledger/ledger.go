@@ -160,8 +160,11 @@ func (l *Ledger) targetGroup(p string) *group {
 // send time and different values, the earlier version's file's.
 func (l *Ledger) places(target string) []*group {
 	home := targetPath(target)
-	keyed, former := earlierTargetPaths(target)
 	gs := []*group{l.targetGroup(home)}
+	if durable(target) {
+		return gs // kinds no earlier version wrote: their own group alone
+	}
+	keyed, former := earlierTargetPaths(target)
 	for _, p := range [...]string{keyed, former} {
 		if p != home {
 			gs = append(gs, l.targetGroup(p))
@@ -501,4 +504,58 @@ func (l *Ledger) Changes() map[string][]byte {
 		}
 	}
 	return c
+}
+
+// Walk calls fn for the key of every target record the ledger holds, in
+// its groups (at every path a version wrote them) and in its journal,
+// each key once, in no order. It reads every file of targets/ and
+// journal/: a task done once (the worker's own records are found by
+// Scan), such as finding the records of an earlier version.
+func (l *Ledger) Walk(fn func(target string)) error {
+	if l.r == nil {
+		return nil
+	}
+	seen := map[string]bool{}
+	visit := func(k string) {
+		if !seen[k] {
+			seen[k] = true
+			fn(k)
+		}
+	}
+	var walk func(dir string, depth int) error
+	walk = func(dir string, depth int) error {
+		names, err := l.r.ReadDir(dir)
+		if errors.Is(err, fs.ErrNotExist) {
+			return nil
+		}
+		if err != nil {
+			return fmt.Errorf("list ledger %s: %w", dir, err)
+		}
+		for _, n := range names {
+			p := dir + "/" + n
+			// targets/<h>/<h>/<h>/<h> and targets/<hh>/<hh>: files at
+			// four levels of one digit or two of two.
+			if depth == 4 || depth == 2 && len(n) == 2 && len(strings.TrimPrefix(dir, targetsDir+"/")) == 2 {
+				for k := range l.targetGroup(p).targets {
+					visit(k)
+				}
+				continue
+			}
+			if err := walk(p, depth+1); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	if err := walk(targetsDir, 1); err != nil {
+		return err
+	}
+	for _, d := range digits {
+		for _, jf := range l.journalOf(string(d)).files {
+			for k := range jf.entries {
+				visit(k)
+			}
+		}
+	}
+	return l.err
 }
