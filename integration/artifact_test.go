@@ -11,14 +11,19 @@ import (
 	"net/url"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"testing/fstest"
 	"time"
 
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/sqs"
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/watch"
 
 	"github.com/tenant-worker/tenant-worker/deploy"
 	"github.com/tenant-worker/tenant-worker/internal/config"
@@ -562,5 +567,84 @@ func (p *holdingProxy) release() {
 	case <-p.released:
 	default:
 		close(p.released)
+	}
+}
+
+// TestATierMoveKeepsTheNamespace: under shard Kustomizations, a tenant
+// moved from premium to advanced, and back, each in one commit (the
+// onboarding to the new tier arrives first and is held, the offboarding
+// sent before it carries out the move). Both tiers declare the tenant's
+// Namespace; its file leaves one shard folder for another, applied by two
+// Kustomizations. The worker publishes the folder taking the Namespace
+// first and the one giving it up once the taker applied it, so the
+// Namespace is never deleted nor terminating: its uid and an object made
+// in it by hand stay. Each move is pushed as one commit that the intent
+// check passes (no pause), and its readiness event says ready.
+func TestATierMoveKeepsTheNamespace(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	h, _, resultsURL, c, kubeconfig := shardCluster(t)
+	h.tune = chain(chain(h.tune, publishing(t)), func(o *config.Options) {
+		o.Kubeconfig, o.ReadyTimeout = kubeconfig, 3*time.Minute
+	})
+	h.start()
+	const id = "mv-1"
+	if ev := waitReadiness(t, h, resultsURL, h.send(h.q.onboarding, `{"tenant_id":"`+id+`","tenant_tier":"premium","release_version":"0.0"}`), 3*time.Minute); ev.Outcome != "ready" {
+		t.Fatalf("onboarding: %+v", ev)
+	}
+	ns, err := c.Client.CoreV1().Namespaces().Get(ctx, id, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	marker := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "marker", Namespace: id}, Data: map[string]string{"made": "by hand"}}
+	if _, err := c.Client.CoreV1().ConfigMaps(id).Create(ctx, marker, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	w, err := c.Client.CoreV1().Namespaces().Watch(ctx, metav1.ListOptions{FieldSelector: "metadata.name=" + id, ResourceVersion: ns.ResourceVersion})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Stop()
+	var deleting atomic.Value
+	go func() {
+		for ev := range w.ResultChan() {
+			if n, ok := ev.Object.(*corev1.Namespace); ok && (ev.Type == watch.Deleted || n.DeletionTimestamp != nil) {
+				deleting.CompareAndSwap(nil, fmt.Sprintf("%s at %s", ev.Type, time.Now().Format(time.RFC3339Nano)))
+			}
+		}
+	}()
+	for _, move := range [][2]string{{"premium", "advanced"}, {"advanced", "premium"}} {
+		from, to := move[0], move[1]
+		// The offboarding is sent first and arrives last: the onboarding
+		// is held until it comes, and both go in one commit.
+		off, err := h.api.SendMessage(ctx, &sqs.SendMessageInput{QueueUrl: aws.String(h.q.offboarding), DelaySeconds: 3,
+			MessageBody: aws.String(`{"tenant_id":"` + id + `","tenant_tier":"` + from + `"}`)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(2 * time.Millisecond) // a send time of its own
+		on := h.send(h.q.onboarding, `{"tenant_id":"`+id+`","tenant_tier":"`+to+`","release_version":"0.0"}`)
+		if line := h.outcome(on); line["message"] != heldLine {
+			t.Fatalf("the onboarding to %s: %v, want held", to, line)
+		}
+		if ev := waitReadiness(t, h, resultsURL, aws.ToString(off.MessageId), 4*time.Minute); ev.Outcome != "ready" {
+			t.Fatalf("the move to %s: %+v\n%s", to, ev, c.digest(h))
+		}
+		if hr := c.release(t, id+"-"+to); hr == nil || !controlplane.ConditionTrue(hr, "Ready") {
+			t.Fatalf("after the move to %s its HelmRelease is %v", to, hr)
+		}
+		now, err := c.Client.CoreV1().Namespaces().Get(ctx, id, metav1.GetOptions{})
+		if err != nil || now.UID != ns.UID || now.DeletionTimestamp != nil {
+			t.Fatalf("after the move to %s the Namespace is %v (%v), uid %s, was %s", to, now, err, now.GetUID(), ns.UID)
+		}
+		if _, err := c.Client.CoreV1().ConfigMaps(id).Get(ctx, "marker", metav1.GetOptions{}); err != nil {
+			t.Fatalf("after the move to %s the object made in the Namespace is gone: %v", to, err)
+		}
+		if d := deleting.Load(); d != nil {
+			t.Fatalf("the Namespace was being deleted during the move to %s: %v", to, d)
+		}
+	}
+	if n := len(h.logs.naming(`"pause"`)); n > 0 {
+		t.Fatalf("the worker paused: %v", h.logs.naming(`"pause"`))
 	}
 }

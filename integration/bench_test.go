@@ -3,7 +3,6 @@ package integration
 import (
 	"context"
 	"io"
-	"os"
 	"strings"
 	"testing"
 
@@ -11,16 +10,15 @@ import (
 )
 
 // TestBenchHarness runs `make bench`'s harness at toy sizes: every size
-// gets its worker, floor, onboardings (and reference runs when the
-// reference script is there) and the backlog run, and the table shows them.
+// gets its worker, floor, onboardings, reference runs (the repository's
+// bench/reference-onboard.sh) and the backlog run, and the table shows
+// them.
 // The figures themselves are the benchmark's business, not a test's.
 func TestBenchHarness(t *testing.T) {
 	t.Parallel()
 	opts := bench.Options{Sizes: []int{3, 20}, Onboard: 3, Floor: 2, Reference: 1, Backlog: 5, BacklogAt: 20,
 		Binary: workerBinary(t), SQSEndpint: sqsEndpoint, WorkDir: t.TempDir()}
-	if _, err := os.Stat("../../shared/bench/reference-onboard.sh"); err == nil {
-		opts.RefScript = "../../shared/bench/reference-onboard.sh"
-	}
+	opts.RefScript = "../bench/reference-onboard.sh" // the repository's copy of the reference's steps
 	results, err := bench.Run(context.Background(), opts, io.Discard)
 	if err != nil {
 		t.Fatal(err)

@@ -27,7 +27,7 @@ func run() int {
 	backlog := flag.Int("backlog", 1000, "messages in the backlog run")
 	backlogAt := flag.Int("backlog-at", 1000, "repository size of the backlog run")
 	binary := flag.String("binary", "bin/tenant-worker", "the worker binary")
-	script := flag.String("reference-script", "../shared/bench/reference-onboard.sh", "the reference's steps (skipped when missing)")
+	script := flag.String("reference-script", "bench/reference-onboard.sh", "the reference's steps, as a script (skipped when missing)")
 	out := flag.String("out", "bench/results", "folder for the JSON results")
 	onGitea := flag.Bool("gitea", true, "also measure against real Gitea (make gitea builds it)")
 	giteaOnboard := flag.Int("gitea-onboardings", 100, "single onboardings per size against Gitea")

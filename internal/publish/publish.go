@@ -244,19 +244,21 @@ func (p *Publisher) Publish(ctx context.Context, snap Source, commit string, h H
 		out     []Folder
 		changes []*change
 		dones   []*change // pointed at already; made Kustomizations of, if missing
+		dirs    []string  // every shard folder
 		errs    []error
 		v       = newView(p.o.Client, p.o.Namespace)
 	)
 	for _, tier := range tiers {
-		_, dirs, err := snap.Entries(l.TierDir(tier))
+		_, shards, err := snap.Entries(l.TierDir(tier))
 		if err != nil {
 			return nil, fmt.Errorf("list %s: %w", l.TierDir(tier), err)
 		}
-		for _, shard := range dirs {
+		for _, shard := range shards {
 			if !gitops.IsShard(shard) {
 				continue
 			}
 			dir := path.Join(l.TierDir(tier), shard)
+			dirs = append(dirs, dir)
 			if h.changed(dir) {
 				p.mu.Lock()
 				p.pending[dir] = true
@@ -295,7 +297,22 @@ func (p *Publisher) Publish(ctx context.Context, snap Source, commit string, h H
 		}
 		out = append(out, c.f)
 	}
+	// A folder that gives up objects another takes is written after the
+	// taker's Kustomization applied them (see moves.go): takers first.
+	take, err := takers(h, dirs)
+	if err != nil {
+		return out, errors.Join(append(errs, err)...)
+	}
+	slices.SortStableFunc(changes, func(a, b *change) int {
+		return boolInt(len(take[a.dir]) > 0) - boolInt(len(take[b.dir]) > 0)
+	})
 	for _, c := range changes {
+		if to := take[c.dir]; len(to) > 0 {
+			if err := p.taken(ctx, c, to); err != nil {
+				errs = append(errs, err)
+				continue
+			}
+		}
 		if err := p.write(ctx, v, c); err != nil {
 			errs = append(errs, err)
 			continue
@@ -308,6 +325,13 @@ func (p *Publisher) Publish(ctx context.Context, snap Source, commit string, h H
 		p.mu.Unlock()
 	}
 	return out, errors.Join(errs...)
+}
+
+func boolInt(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
 }
 
 // History is what the branch went through since the Publisher's last
@@ -463,6 +487,9 @@ const maxHold = time.Minute
 type hold struct {
 	name, rev string
 	since     time.Time
+	// move: the folder gives up objects that the Kustomization name takes,
+	// and waits until it has applied rev (see taken).
+	move bool
 }
 
 // settled returns ErrApplying while the folder's Kustomization has not
@@ -537,6 +564,22 @@ func (p *Publisher) Waiting(ctx context.Context) bool {
 	}
 	res := p.o.Client.Resource(flux.Kustomizations).Namespace(p.o.Namespace)
 	for _, h := range holds {
+		if h.move {
+			if p.now().Sub(h.since) >= maxMoveHold {
+				return false
+			}
+			k, err := res.Get(ctx, h.name, metav1.GetOptions{})
+			if err != nil {
+				if apierrors.IsNotFound(err) {
+					continue // its Kustomization is made by the next publish
+				}
+				return false
+			}
+			if applied, _, _ := unstructured.NestedString(k.Object, "status", "lastAppliedRevision"); h.rev == "" || applied == h.rev {
+				return false
+			}
+			continue
+		}
 		if p.now().Sub(h.since) >= maxHold {
 			return false
 		}

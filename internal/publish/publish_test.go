@@ -1209,3 +1209,99 @@ func TestTwoReplicasServeOneArchive(t *testing.T) {
 		}
 	}
 }
+
+// moveTrees: c0 has tenant mv in premium's shard-00 (its Namespace and
+// HelmRelease), c1 has it moved to advanced's shard-00 in one commit.
+func moveTrees() (c0, c1 memtree.Tree) {
+	l := gitops.Layout{Root: "root", Shards: 1, ShardKustomizations: true}
+	base := memtree.Tree{
+		l.LayoutFile(): string(l.LayoutContent()),
+		"root/tier-templates/premium_tenant_template.yaml":  "kind: HelmRelease\n",
+		"root/tier-templates/advanced_tenant_template.yaml": "kind: HelmRelease\n",
+		"root/tenants/premium/kustomization.yaml":           "resources: []\n",
+		"root/tenants/advanced/kustomization.yaml":          "resources: []\n",
+		"root/tenants/premium/shard-00/stay.yaml":           "kind: ConfigMap\nmetadata:\n  name: stay\n",
+		"root/tenants/advanced/shard-00/other.yaml":         "kind: ConfigMap\nmetadata:\n  name: other\n",
+	}
+	tenant := "kind: Namespace\nmetadata:\n  name: mv\n---\nkind: HelmRelease\nmetadata:\n  name: mv-%s\n  namespace: flux-system\n"
+	c0, c1 = maps.Clone(base), maps.Clone(base)
+	c0["root/tenants/premium/shard-00/kustomization.yaml"] = "resources:\n  - mv.yaml\n  - stay.yaml\n"
+	c0["root/tenants/premium/shard-00/mv.yaml"] = fmt.Sprintf(tenant, "premium")
+	c0["root/tenants/advanced/shard-00/kustomization.yaml"] = "resources:\n  - other.yaml\n"
+	c1["root/tenants/premium/shard-00/kustomization.yaml"] = "resources:\n  - stay.yaml\n"
+	c1["root/tenants/advanced/shard-00/kustomization.yaml"] = "resources:\n  - mv.yaml\n  - other.yaml\n"
+	c1["root/tenants/advanced/shard-00/mv.yaml"] = fmt.Sprintf(tenant, "advanced")
+	return c0, c1
+}
+
+// TestAFolderGivingUpObjectsWaitsForTheTaker: a tenant moved to another
+// tier in one commit: its Namespace leaves premium's shard-00 and enters
+// advanced's. advanced's folder is published first; premium's waits
+// (ErrApplying, Waiting) until advanced's Kustomization has applied its
+// new revision, so that Flux, which prunes only objects carrying the
+// pruning Kustomization's name, finds the Namespace taken over and keeps
+// it. Then premium's is published.
+func TestAFolderGivingUpObjectsWaitsForTheTaker(t *testing.T) {
+	ctx := context.Background()
+	dyn, _ := optimisticClient()
+	head := "c0"
+	p := replica(dyn, &head)
+	c0, c1 := moveTrees()
+	if _, err := p.Publish(ctx, c0, "c0", History{}); err != nil {
+		t.Fatal(err)
+	}
+	premium, advanced := Name("premium", "shard-00"), Name("advanced", "shard-00")
+	kust := func(name, applied string) {
+		k := &unstructured.Unstructured{Object: map[string]any{
+			"apiVersion": "kustomize.toolkit.fluxcd.io/v1", "kind": "Kustomization",
+			"metadata": map[string]any{"name": name, "namespace": "flux-system"},
+			"status":   map[string]any{"lastAppliedRevision": applied, "lastAttemptedRevision": applied},
+		}}
+		res := dyn.Resource(flux.Kustomizations).Namespace("flux-system")
+		if _, err := res.Get(ctx, name, metav1.GetOptions{}); apierrors.IsNotFound(err) {
+			if _, err := res.Create(ctx, k, metav1.CreateOptions{}); err != nil {
+				t.Fatal(err)
+			}
+			return
+		}
+		if _, err := res.UpdateStatus(ctx, k, metav1.UpdateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, name := range []string{premium, advanced} {
+		rev, err := artifactField(dyn, name, "revision")
+		if err != nil {
+			t.Fatal(err)
+		}
+		kust(name, rev) // both applied c0
+	}
+	before, _ := artifactField(dyn, premium, "digest")
+	head = "c1"
+	_, err := p.Publish(ctx, c1, "c1", links(c0, c1))
+	if !errors.Is(err, ErrApplying) {
+		t.Fatalf("publish of the move: %v, want premium's folder held", err)
+	}
+	if now, _ := artifactField(dyn, premium, "digest"); now != before {
+		t.Fatal("the folder giving up the Namespace was published before the taker applied it")
+	}
+	advRev, err := artifactField(dyn, advanced, "revision")
+	if err != nil || advRev != "main@sha1:c1" {
+		t.Fatalf("the taker's folder: %q, %v, want published at c1", advRev, err)
+	}
+	if !p.Waiting(ctx) {
+		t.Fatal("Waiting says publish now, the taker has not applied")
+	}
+	if _, err := p.Publish(ctx, c1, "c1", links(c0, c1)); !errors.Is(err, ErrApplying) {
+		t.Fatalf("published again before the taker applied: %v", err)
+	}
+	kust(advanced, advRev) // advanced's Kustomization applied the Namespace
+	if p.Waiting(ctx) {
+		t.Fatal("Waiting still waits, the taker applied")
+	}
+	if _, err := p.Publish(ctx, c1, "c1", links(c0, c1)); err != nil {
+		t.Fatalf("publish once the taker applied: %v", err)
+	}
+	if now, _ := artifactField(dyn, premium, "digest"); now == before {
+		t.Fatal("the giver's folder is still not published")
+	}
+}
