@@ -354,9 +354,13 @@ func TestHandoverToShardKustomizationsKeepsEveryTenant(t *testing.T) {
 		}
 		d.mu.Unlock()
 	}
-	ks, err := cp.Dynamic.Resource(flux.Kustomizations).Namespace(controlplane.Namespace).List(ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/managed-by=tenant-worker"})
-	if err != nil || len(ks.Items) != 0 {
-		t.Errorf("shard Kustomizations left: %d (%v)", len(ks.Items), err)
+	// The worker publishes all along: nothing it makes is left, nor made
+	// again from a commit before the handover's.
+	for _, gvr := range []schema.GroupVersionResource{flux.Kustomizations, flux.ExternalArtifacts} {
+		ks, err := cp.Dynamic.Resource(gvr).Namespace(controlplane.Namespace).List(ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/managed-by=tenant-worker"})
+		if err != nil || len(ks.Items) != 0 {
+			t.Errorf("shard %s left: %d (%v)", gvr.Resource, len(ks.Items), err)
+		}
 	}
 	held := 0
 	entries, _, _ = unstructured.NestedSlice(tenantsK().Object, "status", "inventory", "entries")
