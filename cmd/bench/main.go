@@ -51,6 +51,7 @@ func run() int {
 	ledgerGiteaLanguageStats := flag.Bool("ledger-gitea-language-stats", true, "leave Gitea's language statistics on (its default), which list the default branch's whole tree after every push that moves it; false gives their queue the dummy type")
 	ledgerRevisions := flag.Int("ledger-revisions", 1000, "messages, half of them no-ops, whose new main revisions are counted, per server; 0 skips it")
 	liveLayouts := flag.String("live-layouts", "one,artifacts", "layouts of the time to live, comma-separated, each on a control plane of its own: one (the platform's tenants Kustomization), one-tuned (the same with kustomize-controller tuned: "+strings.Join(bench.TunedKustomizeFlags, " ")+"), tiers (a Kustomization per tier folder), shards (a Kustomization per shard folder, of the GitRepository), artifacts (a Kustomization per shard folder, from the worker's ExternalArtifact); with one and artifacts, issue 21's targets are checked and a missed one fails the run")
+	helmFlags := flag.String("live-helm-flags", "", "flags added to helm-controller's for the time to live, e.g. \"--concurrent=10\" (Flux's defaults when empty)")
 	liveShards := flag.Int("live-shards", 16, "shard folders per tier of the shards and artifacts layouts")
 	liveReleaseInterval := flag.String("live-release-interval", "10m", "the tenants' HelmRelease interval for the time to live, as docs/deployment.md recommends at scale; empty for the tier templates' 1m0s, which the platform ships")
 	liveShardInterval := flag.String("live-shard-interval", "", "interval of the Kustomizations of the tiers, shards and artifacts layouts, e.g. 10m (when empty: the tenants Kustomization's, 1m, for tiers and shards; the worker's ARTIFACT_INTERVAL default for artifacts); the timeout and retry interval stay the tenants Kustomization's")
@@ -61,7 +62,7 @@ func run() int {
 	if *refN < 0 {
 		*refN = *onboard
 	}
-	lo := bench.LiveOptions{Interval: *liveInterval, Binary: *binary, KustomizeFlags: strings.Fields(*kustomizeFlags),
+	lo := bench.LiveOptions{Interval: *liveInterval, Binary: *binary, KustomizeFlags: strings.Fields(*kustomizeFlags), HelmFlags: strings.Fields(*helmFlags),
 		Layouts: strings.Split(*liveLayouts, ","), Shards: *liveShards, ReleaseInterval: *liveReleaseInterval, SampleTimeout: *liveSampleTimeout}
 	var err error
 	if *liveShardInterval != "" {

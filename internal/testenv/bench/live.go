@@ -74,6 +74,9 @@ type LiveResult struct {
 	// ShardInterval is the interval of the shard Kustomizations when not
 	// the tenants Kustomization's.
 	ShardInterval string `json:"shard_kustomization_interval,omitempty"`
+	// Stages are, with the reconcile request, the time from SendMessage to
+	// each stage of the change's way to live (Stages), by stage.
+	Stages map[string]Stats `json:"request_stages,omitempty"`
 	// CPU is the processor time each control-plane component used per
 	// onboarding during the reconcile-request runs, in milliseconds: the
 	// components' time over the runs, divided by the onboardings.
@@ -143,8 +146,10 @@ type LiveOptions struct {
 	Binary      string
 	SQSEndpoint string
 	WorkDir     string
-	// KustomizeFlags are added to kustomize-controller's.
+	// KustomizeFlags are added to kustomize-controller's, HelmFlags to
+	// helm-controller's (as deploy/flux ships them by default).
 	KustomizeFlags []string
+	HelmFlags      []string
 	// Layouts are measured one after the other at each size (LayoutOne
 	// when empty). Only LayoutOne is measured at Flux's interval.
 	Layouts []string
@@ -268,7 +273,7 @@ func liveSize(ctx context.Context, o LiveOptions, n, request int, layout string,
 	fmt.Fprintf(progress, "bench (live): %d tenants, layout %s: starting a control plane with Flux and installing them\n", n, layout)
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	cp, err := controlplane.Start(ctx, filepath.Join(dir, "cluster"), controlplane.Options{ControllerManager: true, Flux: true, KustomizeFlags: flags})
+	cp, err := controlplane.Start(ctx, filepath.Join(dir, "cluster"), controlplane.Options{ControllerManager: true, Flux: true, KustomizeFlags: flags, HelmFlags: o.HelmFlags})
 	if err != nil {
 		return res, err
 	}
@@ -350,6 +355,7 @@ func liveSize(ctx context.Context, o LiveOptions, n, request int, layout string,
 		}
 		fmt.Fprintf(progress, "bench (live): %d tenants, layout %s: %d onboardings %s\n", n, layout, mode.count, mode.name)
 		var ds, pushed, created, helm []time.Duration
+		stages := map[string][]time.Duration{}
 		sent := 0 // samples sent, a timed-out one included
 		refs := refWatcher{dir: srv.RepoPath("live.git")}
 		cpuBefore := cp.CPU()
@@ -366,14 +372,26 @@ func liveSize(ctx context.Context, o LiveOptions, n, request int, layout string,
 				}
 			}
 			old := refs.head()
+			p := probe{cp: cp, kustomization: "dataplane-tenants"}
+			if layout == LayoutArtifacts || layout == LayoutShards || layout == LayoutTiers {
+				p.kustomization = publish.Name(tier, l.Shard(id))
+			}
+			if layout == LayoutArtifacts {
+				p.artifact = p.kustomization
+				p.was = p.revision(ctx)
+			}
 			at := time.Now()
 			sent++
-			if _, err := api.SendMessage(ctx, &sqs.SendMessageInput{QueueUrl: aws.String(queues[0]),
-				MessageBody: aws.String(fmt.Sprintf(`{"tenant_id":%q,"tenant_tier":%q,"release_version":"0.0"}`, id, tier))}); err != nil {
+			out, err := api.SendMessage(ctx, &sqs.SendMessageInput{QueueUrl: aws.String(queues[0]),
+				MessageBody: aws.String(fmt.Sprintf(`{"tenant_id":%q,"tenant_tier":%q,"release_version":"0.0"}`, id, tier))})
+			if err != nil {
 				w.stop()
 				return res, err
 			}
-			st, err := waitLive(ctx, cp, refs, old, id+"-"+tier, sampleTimeout)
+			st, err := waitLive(ctx, refs, p, old, id+"-"+tier, sampleTimeout)
+			if r := w.received(ctx, aws.ToString(out.MessageId)); !r.IsZero() {
+				st.at[StageReceived] = r
+			}
 			if err != nil && ctx.Err() == nil && mode.reconcile {
 				ms := func(t time.Time) float64 {
 					if t.IsZero() {
@@ -381,7 +399,7 @@ func liveSize(ctx context.Context, o LiveOptions, n, request int, layout string,
 					}
 					return float64(t.Sub(at)) / float64(time.Millisecond)
 				}
-				res.TimedOut = &TimedOut{Sample: i, PushedMS: ms(st.pushed), CreatedMS: ms(st.created), AfterMS: float64(sampleTimeout / time.Millisecond)}
+				res.TimedOut = &TimedOut{Sample: i, PushedMS: ms(st.get(StagePushed)), CreatedMS: ms(st.get(StageMade)), AfterMS: float64(sampleTimeout / time.Millisecond)}
 				fmt.Fprintf(progress, "bench (live): %d tenants, layout %s: %s: %v (pushed after %.0f ms, HelmRelease made after %.0f ms); the run ends here\n",
 					n, layout, id, err, res.TimedOut.PushedMS, res.TimedOut.CreatedMS)
 				break
@@ -390,13 +408,22 @@ func liveSize(ctx context.Context, o LiveOptions, n, request int, layout string,
 				w.stop()
 				return res, fmt.Errorf("%s: %w\nworker log:\n%s", id, err, w.tail())
 			}
-			ds = append(ds, st.ready.Sub(at))
-			pushed, created = append(pushed, st.pushed.Sub(at)), append(created, st.created.Sub(at))
-			helm = append(helm, st.ready.Sub(st.created))
+			ds = append(ds, st.get(StageReady).Sub(at))
+			pushed, created = append(pushed, st.get(StagePushed).Sub(at)), append(created, st.get(StageMade).Sub(at))
+			helm = append(helm, st.get(StageReady).Sub(st.get(StageMade)))
+			for _, stage := range Stages {
+				if t, ok := st.at[stage]; ok {
+					stages[stage] = append(stages[stage], t.Sub(at))
+				}
+			}
 		}
 		if mode.reconcile {
 			res.CPU = perChange(cpuBefore, cp.CPU(), sent)
 			res.Pushed, res.Created, res.Helm = stats(pushed), stats(created), stats(helm)
+			res.Stages = map[string]Stats{}
+			for stage, ds := range stages {
+				res.Stages[stage] = stats(ds)
+			}
 		}
 		w.stop()
 		*mode.stats = stats(ds)
@@ -432,37 +459,40 @@ func sleep(ctx context.Context, d time.Duration) error {
 	}
 }
 
-// stageTimes are the moments a sample reached on its way to live.
+// stageTimes are the moments a sample reached on its way to live, by
+// stage (Stages).
 type stageTimes struct {
-	pushed, created, ready time.Time
+	at map[string]time.Time
 }
 
+func (s stageTimes) get(stage string) time.Time { return s.at[stage] }
+
 // waitLive polls, every 20 ms, the branch (until it moves from old) and
-// HelmRelease name in flux-system (until it exists, then until it is Ready
-// at its current generation), and returns when each was first seen.
-func waitLive(ctx context.Context, cp *controlplane.ControlPlane, refs refWatcher, old, name string, timeout time.Duration) (stageTimes, error) {
+// where the change is (p: the shard folder's ExternalArtifact and
+// Kustomization, HelmRelease name in flux-system, its Helm storage), until
+// the HelmRelease is Ready at its current generation, and returns when
+// each stage was first seen.
+func waitLive(ctx context.Context, refs refWatcher, p probe, old, name string, timeout time.Duration) (stageTimes, error) {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	var st stageTimes
-	res := cp.Dynamic.Resource(flux.HelmReleases).Namespace(controlplane.Namespace)
+	st := stageTimes{at: map[string]time.Time{}}
+	commit := ""
 	for {
-		if st.pushed.IsZero() && refs.head() != old {
-			st.pushed = time.Now()
+		now := time.Now()
+		if commit == "" {
+			if h := refs.head(); h != old {
+				commit = h
+				st.at[StagePushed] = now
+			}
 		}
-		hr, err := res.Get(ctx, name, metav1.GetOptions{})
-		if err == nil {
-			now := time.Now()
-			if st.created.IsZero() {
-				st.created = now
+		p.look(ctx, st.at, commit, name, now)
+		if _, ok := st.at[StageMade]; ok {
+			if _, pushed := st.at[StagePushed]; !pushed {
+				st.at[StagePushed] = now // seen in the same round
 			}
-			if st.pushed.IsZero() {
-				st.pushed = now // seen in the same round
-			}
-			gen, _, _ := unstructured.NestedInt64(hr.Object, "status", "observedGeneration")
-			if controlplane.ConditionTrue(hr, "Ready") && gen == hr.GetGeneration() {
-				st.ready = now
-				return st, nil
-			}
+		}
+		if _, ok := st.at[StageReady]; ok {
+			return st, nil
 		}
 		select {
 		case <-ctx.Done():
@@ -624,6 +654,32 @@ func LiveTable(results []LiveResult) string {
 		fmt.Fprintf(&b, "%8d | %-20s | %7.0f / %7.0f | %6.0f | %6.0f | %7.0f / %7.0f | %17s | %.0f / %.0f / %.0f\n", r.Tenants, layout,
 			r.Request.P50, r.Request.P95, r.Pushed.P50, r.Created.P50, r.TenantsApply.P50, r.TenantsApply.P95, interval,
 			r.CPU["kube-apiserver"], r.CPU["etcd"], controllers)
+	}
+	b.WriteString(StageTable(results))
+	return b.String()
+}
+
+// StageTable is, for each result with stages, the time from SendMessage
+// to each stage of the change's way to live, p50 / p95 in ms, and the
+// share of the p50 each stage adds.
+func StageTable(results []LiveResult) string {
+	var b strings.Builder
+	for _, r := range results {
+		if len(r.Stages) == 0 {
+			continue
+		}
+		fmt.Fprintf(&b, "\nstages, %d tenants, layout %s (HelmRelease interval %s), with the reconcile request: ms from SendMessage\n",
+			r.Tenants, r.Layout, cmp.Or(r.ReleaseInterval, "1m0s, the templates'"))
+		fmt.Fprintf(&b, "%-12s | %17s | %s\n", "stage", "p50 / p95", "p50 added")
+		prev := 0.0
+		for _, stage := range Stages {
+			st, ok := r.Stages[stage]
+			if !ok {
+				continue
+			}
+			fmt.Fprintf(&b, "%-12s | %7.0f / %7.0f | %+.0f\n", stage, st.P50, st.P95, st.P50-prev)
+			prev = st.P50
+		}
 	}
 	return b.String()
 }

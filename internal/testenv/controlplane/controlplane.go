@@ -72,6 +72,8 @@ type Options struct {
 	// KustomizeFlags are added to kustomize-controller's (the bench's
 	// -live-kustomize-flags, such as --concurrent-ssa).
 	KustomizeFlags []string
+	// HelmFlags are added to helm-controller's.
+	HelmFlags []string
 }
 
 // ControlPlane is a running control plane.
@@ -231,7 +233,7 @@ func (cp *ControlPlane) startFlux(o Options) error {
 	if err := cp.run("kustomize-controller", env, append(common(ports[2:4]), o.KustomizeFlags...)...); err != nil {
 		return err
 	}
-	return cp.run("helm-controller", env, common(ports[4:6])...)
+	return cp.run("helm-controller", env, append(common(ports[4:6]), o.HelmFlags...)...)
 }
 
 // run starts one binary with its output in <dir>/<name>.log.
