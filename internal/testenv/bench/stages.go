@@ -20,15 +20,15 @@ import (
 // tells them apart (issue 49): each one's moment is the first poll that
 // saw it.
 const (
-	StageReceived  = "received"     // the worker received the message (its run's start)
-	StagePushed    = "pushed"       // the branch moved
-	StagePublished = "published"    // the shard folder's ExternalArtifact holds it (artifacts)
-	StageApplied   = "applied"      // its Kustomization applied that revision
-	StageMade      = "made"         // the HelmRelease exists
-	StagePicked    = "picked up"    // helm-controller wrote the HelmRelease's status
-	StageInstall   = "install"      // the Helm release's storage exists (install started)
-	StageInstalled = "installed"    // the Helm release is deployed
-	StageReady     = "ready"        // the HelmRelease is Ready at its generation
+	StageReceived  = "received"  // the worker received the message (its run's start)
+	StagePushed    = "pushed"    // the branch moved
+	StagePublished = "published" // the shard folder's ExternalArtifact holds it (artifacts)
+	StageApplied   = "applied"   // its Kustomization applied that revision
+	StageMade      = "made"      // the HelmRelease exists
+	StagePicked    = "picked up" // helm-controller wrote the HelmRelease's status
+	StageInstall   = "install"   // the Helm release's storage exists (install started)
+	StageInstalled = "installed" // the Helm release is deployed
+	StageReady     = "ready"     // the HelmRelease is Ready at its generation
 )
 
 // Stages are the stages in order.
