@@ -80,12 +80,21 @@ func TestCLI(t *testing.T) {
 		t.Errorf("send of a tenant already in another tier: exit %d, %s (%v)\n%s", code, out, err, errOut)
 	}
 
-	// A refusal by the worker: exit 1 and the reason.
+	// An offboarding from another tier than the tenant's: held too (an
+	// onboarding to that tier sent before it may still come), exit 3.
 	out, errOut, code = h.cli(queueName(resultsURL), "send", "offboarding", "--tenant-id", "tenant-1", "--tier", "advanced", "--wait", "--json")
 	ev = results.Event{}
-	if err := json.Unmarshal([]byte(strings.Split(strings.TrimSpace(out), "\n")[1]), &ev); err != nil || code != 1 ||
-		ev.Outcome != "rejected" || ev.Reason != "tier_conflict" {
+	if err := json.Unmarshal([]byte(strings.Split(strings.TrimSpace(out), "\n")[1]), &ev); err != nil || code != 3 ||
+		ev.Outcome != "held" || !strings.Contains(ev.Error, "is in tier premium, not advanced") {
 		t.Errorf("offboarding from another tier than the tenant's: exit %d, %s (%v)\n%s", code, out, err, errOut)
+	}
+
+	// A refusal by the worker: exit 1 and the reason.
+	out, errOut, code = h.cli(queueName(resultsURL), "send", "onboarding", "--tenant-id", "tenant-1", "--tier", "gold", "--release", "0.0", "--wait", "--json")
+	ev = results.Event{}
+	if err := json.Unmarshal([]byte(strings.Split(strings.TrimSpace(out), "\n")[1]), &ev); err != nil || code != 1 ||
+		ev.Outcome != "rejected" || ev.Reason != "unknown_tier" {
+		t.Errorf("onboarding to a tier the repository lacks: exit %d, %s (%v)\n%s", code, out, err, errOut)
 	}
 
 	// A bad message is refused before sending: nothing reaches the queue.
@@ -111,10 +120,12 @@ func TestCLI(t *testing.T) {
 	if code != 0 || !strings.HasPrefix(out, "nothing to change") {
 		t.Errorf("plan of a done change: exit %d %s", code, out)
 	}
-	// (Not from basic: the onboarding to basic held above would be dropped
-	// by it, which is no refusal.)
-	_, errOut, code = h.cli("", "plan", "offboarding", "--tenant-id", "tenant-1", "--tier", "advanced")
-	if code != 1 || !strings.Contains(errOut, "tier_conflict") {
+	out, _, code = h.cli("", "plan", "offboarding", "--tenant-id", "tenant-1", "--tier", "advanced")
+	if code != 3 || !strings.HasPrefix(out, "held:") {
+		t.Errorf("plan of a held change: exit %d %s", code, out)
+	}
+	_, errOut, code = h.cli("", "plan", "deployment", "--tenant-id", "tenant-1", "--tier", "gold", "--release", "1.0")
+	if code != 1 || !strings.Contains(errOut, "unknown_tier") {
 		t.Errorf("plan of a refused change: exit %d %s", code, errOut)
 	}
 

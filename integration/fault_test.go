@@ -102,7 +102,9 @@ func TestFaultRun(t *testing.T) {
 	}
 	for i := 1; i <= 5; i++ {
 		id := fmt.Sprintf("f%d", i*5+1) // not offboarded above
-		send(h.q.offboarding, fmt.Sprintf(`{"tenant_id":%q,"tenant_tier":%q}`, id, tiers[(i*5+2)%3]), "rejected")
+		// From another tier than the tenant's: held, waiting for an
+		// onboarding to that tier sent before it (none comes).
+		send(h.q.offboarding, fmt.Sprintf(`{"tenant_id":%q,"tenant_tier":%q}`, id, tiers[(i*5+2)%3]), "held")
 	}
 	h.waitAccounted(want, logs, 240*time.Second)
 	c.stop()
@@ -273,6 +275,10 @@ func (h *harness) waitAccounted(want map[string]string, logs *syncBuffer, timeou
 			case staleLine:
 				if seen[id] == "" {
 					seen[id] = "stale"
+				}
+			case heldLine:
+				if seen[id] == "" {
+					seen[id] = "held"
 				}
 			case "already applied by an earlier delivery of this message":
 				if seen[id] == "" {

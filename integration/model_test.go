@@ -3,6 +3,7 @@ package integration
 import (
 	"context"
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"net/http"
 	"os"
@@ -20,37 +21,35 @@ import (
 )
 
 // model is the simplest possible account of what the worker must do to the
-// repository: tenants per tier in onboarding order, each with its version,
-// and the rule that the latest send time wins per tenant, written the plain
-// way: a message carries the time it was sent; what it names remembers the
-// time of the last message that changed it.
+// repository, written apart from the worker's own: every message that
+// arrived, and the rule that each tenant is where its messages, in the
+// order they were sent (send time, then message id), leave it, and each
+// tier's deployments with it. A message that, in send order, does not fit
+// where its tenant is (another tier; a deployment to a tenant not there)
+// changes nothing and waits. Kustomization entries are kept in the order
+// the worker's edits leave them: a tenant that arrives in a tier is
+// appended, one that leaves is taken out.
 type model struct {
 	order   map[string][]string // tier -> tenant ids, in kustomization order
 	version map[string]string   // tenant -> release version
 	tierOf  map[string]string   // tenant -> tier
-	pool    string              // pool-1 version, "" while untouched
+	pool    string              // pool-1 version
 
-	clock   int            // send times handed out by step
-	exists  map[string]int // tenant -> send time of the last onboarding or offboarding applied
-	release map[string]int // "tier/tenant" -> send time of its release in that tier
-	poolAt  int
-	tierAt  map[string]int // tier -> send time of its last deployment
-	tierRel map[string]string
-	// held: an onboarding to another tier than the tenant's, sent after
-	// everything applied to the tenant, waiting for the offboarding of the
-	// move (sent before it) to complete the move.
-	held map[string]map[string]heldOnboarding // tenant -> tier -> the first sent
+	clock   int    // send times handed out by step
+	arrived []mmsg // every message recorded, in arrival order
+	poolAt  int    // send time of the deployment pool-1 is at
 }
 
-type heldOnboarding struct {
-	tier, version string
-	sent          int
+// mmsg is a message the model recorded.
+type mmsg struct {
+	kind, id, tier, version string // id: the tenant's; tier canonical
+	sent                    int
+	msg                     string // the message's own id: equal send times are ordered by it
 }
 
 func newModel() *model {
-	return &model{order: map[string][]string{}, version: map[string]string{}, tierOf: map[string]string{},
-		exists: map[string]int{}, release: map[string]int{}, tierAt: map[string]int{}, tierRel: map[string]string{},
-		held: map[string]map[string]heldOnboarding{}}
+	// pool-1 as the platform's file has it: at 0.0.
+	return &model{order: map[string][]string{}, version: map[string]string{}, tierOf: map[string]string{}, pool: "0.0"}
 }
 
 var aliases = map[string]string{"silo": "premium", "hybrid": "advanced", "pool": "basic"}
@@ -62,127 +61,147 @@ func canonical(tier string) string {
 	return tier
 }
 
+// place is where the model's fold puts a tenant.
+type place struct{ tier, version string }
+
+// fold is where msgs, in send order, leave tenant id, and whether the
+// message msg fits where it meets the tenant.
+func fold(msgs []mmsg, id, msg string) (place, bool) {
+	sorted := slices.Clone(msgs)
+	slices.SortFunc(sorted, func(a, b mmsg) int {
+		if a.sent != b.sent {
+			return a.sent - b.sent
+		}
+		return strings.Compare(a.msg, b.msg)
+	})
+	var at place
+	fits := true
+	for _, m := range sorted {
+		if m.kind == "deployment" {
+			if at.tier == m.tier {
+				at.version = m.version
+			}
+			continue
+		}
+		if m.id != id {
+			continue
+		}
+		ok := true
+		switch {
+		case m.kind == "onboarding" && at.tier == "":
+			at = place{m.tier, m.version}
+		case m.kind == "onboarding":
+			ok = at.tier == m.tier // in place, or waiting
+		case m.kind == "offboarding" && at.tier == m.tier:
+			at = place{}
+		case m.kind == "offboarding":
+			ok = at.tier == "" // nothing to take away, or waiting
+		}
+		if m.msg == msg {
+			fits = ok
+		}
+	}
+	return at, fits
+}
+
 // step applies a message sent now (after every earlier one) to the model
 // and returns the expected outcome: "applied", "noop", "stale", "held" or
 // "rejected:<reason>".
 func (m *model) step(kind, id, tier, version string) string {
 	m.clock++
-	return m.stepAt(kind, id, tier, version, m.clock)
+	return m.stepAt(kind, id, tier, version, "", m.clock)
+}
+
+// tenants are the tenant ids the model knows.
+func (m *model) tenants() []string {
+	ids := map[string]bool{}
+	for _, a := range m.arrived {
+		if a.kind != "deployment" {
+			ids[a.id] = true
+		}
+	}
+	return slices.Sorted(maps.Keys(ids))
 }
 
 // stepAt applies a message that was sent at time sent and arrives now.
-func (m *model) stepAt(kind, id, tier, version string, sent int) string {
-	tier = canonical(tier)
-	if tier != "premium" && tier != "advanced" && tier != "basic" {
-		return "rejected:unknown_tier"
+func (m *model) stepAt(kind, id, tier, version, msg string, sent int) string {
+	if msg == "" {
+		msg = fmt.Sprintf("~%09d", sent) // a message of its own, after any id at its send time
 	}
-	switch kind {
-	case "onboarding":
-		if m.exists[id] > sent {
+	tier = canonical(tier)
+	known := tier == "premium" || tier == "advanced" || tier == "basic"
+	this := mmsg{kind, id, tier, version, sent, msg}
+	if kind == "deployment" {
+		superseded := false
+		for _, a := range m.arrived {
+			if a.kind == "deployment" && a.tier == tier && (a.sent > sent || a.sent == sent && a.msg > msg) {
+				superseded = true
+			}
+		}
+		if superseded {
 			return "stale"
 		}
-		if t, ok := m.tierOf[id]; ok {
-			if t != tier {
-				if m.held[id] == nil {
-					m.held[id] = map[string]heldOnboarding{}
-				}
-				if h, ok := m.held[id][tier]; !ok || sent < h.sent {
-					m.held[id][tier] = heldOnboarding{tier, version, sent}
-				}
-				return "held"
-			}
-			m.exists[id] = max(m.exists[id], sent)
-			return "noop"
+		if !known {
+			return "rejected:unknown_tier"
 		}
-		m.exists[id] = max(m.exists[id], sent)
-		m.add(id, tier, version, sent)
-		return "applied"
-	case "offboarding":
-		if m.exists[id] > sent {
-			return "stale"
-		}
-		t, ok := m.tierOf[id]
-		if ok && t != tier {
-			// An onboarding to this tier held since before it was sent came
-			// first in send order, and this removes it.
-			if h, held := m.held[id][tier]; held && h.sent <= sent {
-				delete(m.held[id], tier)
-				return "noop"
-			}
-			return "rejected:tier_conflict"
-		}
-		m.exists[id] = max(m.exists[id], sent)
-		if ok {
-			delete(m.tierOf, id)
-			delete(m.version, id)
-			m.order[tier] = slices.DeleteFunc(m.order[tier], func(s string) bool { return s == id })
-		}
-		// The first held onboarding sent after this offboarding completes
-		// the move; those sent before it (or at the same time, handled
-		// first) met the tenant in its old tier, those after it met it in
-		// its new one.
-		var first *heldOnboarding
-		for _, h := range m.held[id] {
-			if h.tier != tier && h.sent > sent && (first == nil || h.sent < first.sent) {
-				first = &h
+		changed := false
+		after := append(slices.Clone(m.arrived), this)
+		for _, t := range m.tenants() {
+			at, _ := fold(after, t, "")
+			if at.tier == tier && m.version[t] != at.version {
+				m.version[t], changed = at.version, true
 			}
 		}
-		delete(m.held, id)
-		if first != nil {
-			m.exists[id] = max(m.exists[id], first.sent)
-			m.add(id, first.tier, first.version, first.sent)
+		if tier == "basic" && sent >= m.poolAt {
+			m.poolAt = sent
+			if m.pool != version {
+				m.pool, changed = version, true
+			}
+		}
+		m.arrived = after
+		if changed {
 			return "applied"
-		}
-		if !ok {
-			return "noop"
-		}
-		return "applied"
-	default: // deployment to a whole tier
-		changed, fresh, stale := false, false, false
-		for _, t := range m.order[tier] {
-			if m.release[tier+"/"+t] > sent {
-				stale = true
-				continue
-			}
-			fresh, m.release[tier+"/"+t] = true, sent
-			if m.version[t] != version {
-				m.version[t], changed = version, true
-			}
-		}
-		if tier == "basic" {
-			if m.poolAt > sent {
-				stale = true
-			} else {
-				fresh, m.poolAt = true, sent
-				if m.pool != version {
-					m.pool, changed = version, true
-				}
-			}
-		}
-		if m.tierAt[tier] > sent {
-			stale = true
-		} else {
-			fresh, m.tierAt[tier], m.tierRel[tier] = true, sent, version
-		}
-		switch {
-		case changed:
-			return "applied"
-		case stale && !fresh:
-			return "stale"
 		}
 		return "noop"
 	}
-}
-
-// add puts tenant id in tier as an onboarding sent at sent asking for
-// version does.
-func (m *model) add(id, tier, version string, sent int) {
-	m.release[tier+"/"+id] = max(m.release[tier+"/"+id], sent)
-	if at := m.tierAt[tier]; at > sent {
-		version, m.release[tier+"/"+id] = m.tierRel[tier], max(m.release[tier+"/"+id], at) // a deployment sent later already ran
+	before, _ := fold(m.arrived, id, "")
+	after, fits := fold(append(slices.Clone(m.arrived), this), id, msg)
+	switch {
+	case !known && (!fits || before != after):
+		return "rejected:unknown_tier"
+	case !known:
+		return "stale" // changes nothing, in a tier the repository lacks: not recorded
 	}
-	m.tierOf[id], m.version[id] = tier, version
-	m.order[tier] = append(m.order[tier], id)
+	m.arrived = append(m.arrived, this)
+	if before != after {
+		if before.tier != after.tier {
+			if before.tier != "" {
+				m.order[before.tier] = slices.DeleteFunc(m.order[before.tier], func(s string) bool { return s == id })
+				delete(m.tierOf, id)
+				delete(m.version, id)
+			}
+			if after.tier != "" {
+				m.order[after.tier] = append(m.order[after.tier], id)
+				m.tierOf[id] = after.tier
+			}
+		}
+		if after.tier != "" {
+			m.version[id] = after.version
+		}
+		return "applied"
+	}
+	if !fits {
+		return "held"
+	}
+	// In place, or undone by messages sent after it.
+	asked := map[string]bool{
+		"onboarding":  after.tier == tier,
+		"offboarding": after.tier != tier,
+	}[kind]
+	if !asked {
+		return "stale"
+	}
+	return "noop"
 }
 
 // tree is the expected content of every file below tenants/ and pooled-envs/.
@@ -373,7 +392,7 @@ func TestModel(t *testing.T) {
 							})
 							hold.fail(first)
 							m.clock += 2
-							want2, want1 := expect(m, kind2, body2, m.clock), expect(m, kind, body, sentFirst)
+							want2, want1 := expect(m, kind2, body2, m.clock, id2), expect(m, kind, body, sentFirst, id1)
 							if got := outcomeOf(id2); got != want2 {
 								t.Fatalf("step %d: %s %s overtaking: outcome %s, model says %s", i, kind2, body2, got, want2)
 							}
@@ -385,15 +404,15 @@ func TestModel(t *testing.T) {
 						}
 						// It needed no push: it was handled in order.
 						m.clock++
-						if got, want := outcomeOf(id1), expect(m, kind, body, m.clock); got != want {
+						if got, want := outcomeOf(id1), expect(m, kind, body, m.clock, id1); got != want {
 							t.Fatalf("step %d: %s %s: outcome %s, model says %s", i, kind, body, got, want)
 						}
 						continue
 					}
 				}
 				m.clock++
-				want := expect(m, kind, body, m.clock)
 				msgID := h.send(queueOf[kind], body)
+				want := expect(m, kind, body, m.clock, msgID)
 				if got := outcomeOf(msgID); got != want {
 					t.Fatalf("step %d: %s %s: outcome %s, model says %s", i, kind, body, got, want)
 				}
@@ -423,7 +442,7 @@ func TestModel(t *testing.T) {
 
 // expect steps the model with a message body (as generated above) sent at
 // time sent.
-func expect(m *model, kind, body string, sent int) string {
+func expect(m *model, kind, body string, sent int, msg string) string {
 	field := func(k string) string {
 		i := strings.Index(body, `"`+k+`":"`)
 		if i < 0 {
@@ -436,7 +455,7 @@ func expect(m *model, kind, body string, sent int) string {
 	if strings.Contains(id, "_X") {
 		return "rejected:invalid_tenant_id"
 	}
-	return m.stepAt(kind, id, field("tenant_tier"), field("release_version"), sent)
+	return m.stepAt(kind, id, field("tenant_tier"), field("release_version"), msg, sent)
 }
 
 // pushHold holds the worker's next push at the git server until told to

@@ -188,7 +188,7 @@ func testBadInputIsDeadLettered(t *testing.T, srv server) {
 		{h.q.onboarding, on("pool-1", "basic", "0.0"), "reserved_tenant_id"},
 		{h.q.onboarding, on("t9", "premium", "1"), "invalid_version"},
 		{h.q.onboarding, on("t9", "premium", "v1.0"), "invalid_version"},
-		{h.q.offboarding, `{"tenant_id":"tenant-1","tenant_tier":"advanced"}`, "tier_conflict"},
+		{h.q.offboarding, `{"tenant_id":"tenant-1","tenant_tier":"gold"}`, "unknown_tier"},
 		{h.q.deployment, `{"tenant_tier":"basic","release_version":"1.0.0"}`, "invalid_version"},
 	}
 	byQueue := map[string]int{}
