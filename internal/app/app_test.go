@@ -3,7 +3,10 @@ package app
 import (
 	"context"
 	"errors"
+	"io"
 	"net"
+	"net/http"
+	"strings"
 	"testing"
 	"time"
 
@@ -82,5 +85,50 @@ func TestListenersGivenAreClosedOnEveryReturn(t *testing.T) {
 		if err := l.Close(); !errors.Is(err, net.ErrClosed) {
 			t.Errorf("the %s listener was still open when Run returned (close: %v)", name, err)
 		}
+	}
+}
+
+// TestEndpointsServeWhileStartingAndStopWithRun: the endpoints serve from
+// the start, /readyz saying what the worker waits for (here: a git server
+// that refuses connections); when ctx ends meanwhile, Run returns nil and
+// the endpoints are gone.
+func TestEndpointsServeWhileStartingAndStopWithRun(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	o := wconfig.Default()
+	o.GitRepoURL = "http://127.0.0.1:1/gitops.git" // refuses connections
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan error, 1)
+	go func() {
+		done <- Run(ctx, Config{Options: o, Logger: zerolog.Nop(), Listener: ln, SQS: sqs.New(sqs.Options{Region: "us-east-1"})})
+	}()
+	url := "http://" + ln.Addr().String() + "/readyz"
+	var last string
+	for deadline := time.Now().Add(10 * time.Second); !strings.Contains(last, "not ready: repository:"); {
+		if time.Now().After(deadline) {
+			t.Fatalf("/readyz never said the repository is awaited; last: %q", last)
+		}
+		if resp, err := http.Get(url); err == nil {
+			b, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			last = string(b)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	cancel()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("Run = %v, want nil (a stop while starting)", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Run did not return when its context ended")
+	}
+	if resp, err := http.Get(url); err == nil {
+		resp.Body.Close()
+		t.Fatal("the endpoints still serve after Run returned")
 	}
 }

@@ -5,8 +5,6 @@ import (
 	"fmt"
 	"maps"
 	"slices"
-	"strings"
-	"sync/atomic"
 	"time"
 
 	"github.com/rs/zerolog"
@@ -19,7 +17,6 @@ import (
 	"github.com/tenant-worker/tenant-worker/internal/pipeline"
 	"github.com/tenant-worker/tenant-worker/internal/publish"
 	"github.com/tenant-worker/tenant-worker/internal/readiness"
-	"github.com/tenant-worker/tenant-worker/internal/runs"
 	"github.com/tenant-worker/tenant-worker/internal/worker"
 )
 
@@ -139,81 +136,4 @@ func rebuild(ctx context.Context, o wconfig.Options, repo *gitrepo.Repo, f *read
 	n := f.Resume(ctx, commits)
 	log.Info().Int("commits", len(commits)).Int("followed", n).Dur("since", o.ReadyTimeout).
 		Msg("following again the changes pushed before this start whose readiness event is not recorded")
-}
-
-// The kinds the templates declare are read again every servedReadEvery
-// (from the clone, no network), and checked against the cluster when they
-// changed or servedCheckEvery passed (a CRD can change too).
-const (
-	servedReadEvery  = 10 * time.Second
-	servedCheckEvery = time.Minute
-)
-
-// watchServed checks, at start, after every change of what the templates
-// declare and every minute, that the cluster serves every kind the
-// templates and pooled environments declare; what it does not is reported
-// on /readyz (through unserved), the status page and a metric, with the fix.
-func watchServed(ctx context.Context, c *flux.Client, p *pipeline.Pipeline, l gitops.Layout, m *metrics.Metrics, rec *runs.Recorder, unserved *atomic.Pointer[string]) {
-	log := zerolog.Ctx(ctx)
-	var lastKinds, lastReport string
-	var checked time.Time
-	for {
-		var refs []gitops.TypeRef
-		err := p.Read(ctx, func(r gitops.Reader) error {
-			var err error
-			refs, err = l.Types(r)
-			return err
-		})
-		kinds := make([]flux.Kind, len(refs))
-		var key strings.Builder
-		for i, t := range refs {
-			kinds[i] = flux.Kind{APIVersion: t.APIVersion, Kind: t.Kind, File: t.File}
-			fmt.Fprintf(&key, "%s %s %s\n", t.APIVersion, t.Kind, t.File)
-		}
-		if err == nil && (key.String() != lastKinds || time.Since(checked) >= servedCheckEvery) {
-			var missing []flux.Unserved
-			missing, err = c.Unserved(ctx, kinds)
-			if err == nil {
-				lastKinds, checked = key.String(), time.Now()
-				lastReport = reportServed(log, missing, lastReport, m, rec, unserved)
-			}
-		}
-		if err != nil && ctx.Err() == nil {
-			log.Warn().Err(err).Msg("could not check the templates' kinds against the cluster")
-		}
-		t := time.NewTimer(servedReadEvery)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return
-		case <-t.C:
-		}
-	}
-}
-
-// reportServed publishes what the cluster does not serve and logs it when it
-// differs from last; it returns the new report.
-func reportServed(log *zerolog.Logger, missing []flux.Unserved, last string, m *metrics.Metrics, rec *runs.Recorder, unserved *atomic.Pointer[string]) string {
-	m.UnservedKinds.Set(float64(len(missing)))
-	var lines []string
-	for _, u := range missing {
-		lines = append(lines, u.String())
-	}
-	text := strings.Join(lines, "; ")
-	if text == "" {
-		unserved.Store(nil)
-		rec.SetWarning("")
-	} else {
-		s := fmt.Sprintf("the cluster does not serve what the templates render, every such change would fail in Flux: %s", text)
-		unserved.Store(&s)
-		rec.SetWarning(s)
-	}
-	if text != last {
-		if text == "" {
-			log.Info().Msg("the cluster serves every kind the templates render")
-		} else {
-			log.Error().Str("unserved", text).Msg("the cluster does not serve what the templates render; every such change would fail in Flux")
-		}
-	}
-	return text
 }
