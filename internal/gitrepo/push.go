@@ -16,7 +16,13 @@ import (
 	"github.com/go-git/go-git/v5/plumbing/revlist"
 	"github.com/go-git/go-git/v5/plumbing/transport"
 	"github.com/go-git/go-git/v5/plumbing/transport/client"
+
+	"github.com/tenant-worker/tenant-worker/internal/gitobj"
 )
+
+// noThin is the receive-pack capability of a server that refuses thin
+// packs (packs whose deltas name bases the pack does not hold).
+const noThin capability.Capability = "no-thin"
 
 // maxTracked bounds the objects remembered for commits not yet pushed
 // (commits of abandoned attempts are never pushed).
@@ -24,14 +30,14 @@ const maxTracked = 100_000
 
 // track remembers the objects written for commit, so that a push can send
 // exactly these instead of walking the history to find them.
-func (r *Repo) track(commit plumbing.Hash, parent plumbing.Hash, objects objectLog) {
+func (r *Repo) track(commit plumbing.Hash, parent plumbing.Hash, objects gitobj.ObjectLog) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.written == nil || r.trackedCount > maxTracked {
 		r.written, r.trackedCount = map[plumbing.Hash]written{}, 0
 	}
-	r.written[commit] = written{parent: parent, objects: append(objects.hashes, commit), bases: objects.bases}
-	r.trackedCount += len(objects.hashes) + 1
+	r.written[commit] = written{parent: parent, objects: append(objects.Hashes, commit), bases: objects.Bases}
+	r.trackedCount += len(objects.Hashes) + 1
 }
 
 // Forget drops what track remembers of commits that will never be pushed
@@ -411,7 +417,7 @@ func (r *Repo) sendPack(c *call, main, ledger Move, hashes []plumbing.Hash, base
 			// choose deltas among the objects sent.
 			_, err = packfile.NewEncoder(wr, r.repo.Storer, !caps.Supports(capability.OFSDelta)).Encode(hashes, 10)
 		} else {
-			err = writePack(wr, r.repo.Storer, hashes, bases)
+			err = gitobj.WritePack(wr, r.repo.Storer, hashes, bases)
 		}
 		if err != nil {
 			done <- wr.CloseWithError(err)

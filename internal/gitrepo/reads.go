@@ -7,6 +7,8 @@ import (
 	"sync"
 
 	"github.com/go-git/go-git/v5/plumbing"
+
+	"github.com/tenant-worker/tenant-worker/internal/gitobj"
 )
 
 // Reads records what was read from snapshots made with Snapshot.Recording:
@@ -93,13 +95,13 @@ func (s *Snapshot) Recording(r *Reads) *Snapshot {
 // means that what was computed from those reads holds on to as it did on
 // from. It reads only the folders that differ.
 func (r *Repo) Touches(from, to plumbing.Hash, reads *Reads) (bool, error) {
-	trees := [2]*dirTree{}
+	trees := [2]*gitobj.Tree{}
 	for i, c := range []plumbing.Hash{from, to} {
 		commit, err := r.repo.CommitObject(c)
 		if err != nil {
 			return false, fmt.Errorf("read commit %s: %w", c, err)
 		}
-		if trees[i], err = r.treeCache().get(r.repo.Storer, commit.TreeHash); err != nil {
+		if trees[i], err = r.treeCache().Get(r.repo.Storer, commit.TreeHash); err != nil {
 			return false, fmt.Errorf("read the tree of %s: %w", c, err)
 		}
 	}
@@ -117,46 +119,46 @@ func (r *Repo) Touches(from, to plumbing.Hash, reads *Reads) (bool, error) {
 }
 
 // touches is Touches for the folder dir, whose trees a and b differ.
-func (r *Repo) touches(dir string, a, b *dirTree, reads *Reads, near map[string]bool) (bool, error) {
+func (r *Repo) touches(dir string, a, b *gitobj.Tree, reads *Reads, near map[string]bool) (bool, error) {
 	if reads.read(dir, readWhole) {
 		return true, nil
 	}
 	// Each name of either side once: a's entries, then b's that a lacks.
-	for i, n := 0, a.len()+b.len(); i < n; i++ {
-		var x, y treeEntry
+	for i, n := 0, a.Len()+b.Len(); i < n; i++ {
+		var x, y gitobj.TreeEntry
 		var inA, inB bool
-		if i < a.len() {
-			x, inA = a.at(i), true
-			y, inB = b.entry(x.name)
-		} else if y, inB = b.at(i-a.len()), true; a.contains(y.name) {
+		if i < a.Len() {
+			x, inA = a.At(i), true
+			y, inB = b.Entry(x.Name)
+		} else if y, inB = b.At(i-a.Len()), true; a.Contains(y.Name) {
 			continue
 		}
-		if inA && inB && x.hash == y.hash && x.kind() == y.kind() {
+		if inA && inB && x.Hash == y.Hash && x.Kind() == y.Kind() {
 			continue
 		}
-		name := x.name
+		name := x.Name
 		if !inA {
-			name = y.name
+			name = y.Name
 		}
 		p := path.Join(dir, name)
 		if reads.read(p, readWhole|readFile) || reads.read(dir, readEntries) {
 			return true, nil
 		}
-		if !inA || !inB || x.isDir() != y.isDir() {
+		if !inA || !inB || x.IsDir() != y.IsDir() {
 			// The entry appeared, went, or turned from a file into a folder.
 			if reads.read(dir, readNames) || near[p] {
 				return true, nil
 			}
 			continue
 		}
-		if !x.isDir() || !near[p] {
+		if !x.IsDir() || !near[p] {
 			continue // a file whose content nobody read, or nothing read below
 		}
-		ta, err := r.treeCache().get(r.repo.Storer, x.hash)
+		ta, err := r.treeCache().Get(r.repo.Storer, x.Hash)
 		if err != nil {
 			return false, fmt.Errorf("read %s: %w", p, err)
 		}
-		tb, err := r.treeCache().get(r.repo.Storer, y.hash)
+		tb, err := r.treeCache().Get(r.repo.Storer, y.Hash)
 		if err != nil {
 			return false, fmt.Errorf("read %s: %w", p, err)
 		}

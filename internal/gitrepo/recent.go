@@ -10,6 +10,8 @@ import (
 	"github.com/go-git/go-git/v5/plumbing"
 	"github.com/go-git/go-git/v5/plumbing/object"
 	"github.com/go-git/go-git/v5/storage/memory"
+
+	"github.com/tenant-worker/tenant-worker/internal/gitobj"
 )
 
 // RecentCommit is a commit of the branch's recent history and what it
@@ -47,9 +49,9 @@ func (r *Repo) Recent(ctx context.Context, since time.Time, depth int) ([]Recent
 	if err != nil {
 		return nil, fmt.Errorf("history: %w", err)
 	}
-	trees := newTreeCache(treeCacheSize)
+	trees := gitobj.NewTreeCache(treeCacheSize)
 	snapshot := func(c *object.Commit) (*Snapshot, error) {
-		t, err := trees.get(st, c.TreeHash)
+		t, err := trees.Get(st, c.TreeHash)
 		if err != nil {
 			return nil, err
 		}

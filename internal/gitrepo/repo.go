@@ -1,6 +1,9 @@
 // Package gitrepo keeps a clone of one branch of the GitOps repository and
 // writes commits to it at the object level: no worktree is ever checked out,
-// so the cost of a change does not grow with the number of files.
+// so the cost of a change does not grow with the number of files. It is the
+// repository side (fetch, commit, push, refs, redirects, compaction,
+// snapshots); the objects themselves (trees, blobs, the tree cache, the
+// packs a push sends) are encoded by package gitobj.
 package gitrepo
 
 import (
@@ -25,6 +28,7 @@ import (
 	"github.com/go-git/go-git/v5/storage/memory"
 
 	"github.com/tenant-worker/tenant-worker/internal/credentials"
+	"github.com/tenant-worker/tenant-worker/internal/gitobj"
 	"github.com/tenant-worker/tenant-worker/internal/signing"
 )
 
@@ -74,7 +78,7 @@ type Repo struct {
 	receiveCaps  *capability.List // the server's receive-pack capabilities
 	capsRead     time.Time        // when receiveCaps were read
 
-	trees *treeCache // decoded trees, shared by commits and snapshots
+	trees *gitobj.TreeCache // decoded trees, shared by commits and snapshots
 
 	heads         int   // new heads taken in since the last compaction
 	compactEvery  int   // overrides compactEvery (tests)
@@ -252,12 +256,17 @@ func (r *Repo) fetch(ctx context.Context, mayCompact bool) (plumbing.Hash, error
 	return r.head, nil
 }
 
+// treeCacheSize is how many trees a Repo keeps decoded: the few folders on
+// the paths one message changes, for the head and the commit it makes, and
+// the folders its check reads.
+const treeCacheSize = 16
+
 // treeCache returns the Repo's cache of decoded trees.
-func (r *Repo) treeCache() *treeCache {
+func (r *Repo) treeCache() *gitobj.TreeCache {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.trees == nil {
-		r.trees = newTreeCache(treeCacheSize)
+		r.trees = gitobj.NewTreeCache(treeCacheSize)
 	}
 	return r.trees
 }
@@ -271,7 +280,7 @@ func (r *Repo) Snapshot(commit plumbing.Hash) (*Snapshot, error) {
 	if err != nil {
 		return nil, fmt.Errorf("read commit %s: %w", commit, err)
 	}
-	t, err := r.treeCache().get(r.repo.Storer, c.TreeHash)
+	t, err := r.treeCache().Get(r.repo.Storer, c.TreeHash)
 	if err != nil {
 		return nil, fmt.Errorf("read tree of %s: %w", commit, err)
 	}
@@ -291,8 +300,8 @@ func (r *Repo) Commit(parent plumbing.Hash, files map[string][]byte, msg string)
 		}
 		baseTree, parents = c.TreeHash, []plumbing.Hash{parent}
 	}
-	var objects objectLog
-	tree, err := writeTree(st, r.treeCache(), baseTree, files, &objects)
+	var objects gitobj.ObjectLog
+	tree, err := gitobj.WriteTree(st, r.treeCache(), baseTree, files, &objects)
 	if err != nil {
 		return plumbing.ZeroHash, fmt.Errorf("write tree: %w", err)
 	}
@@ -316,8 +325,8 @@ func (r *Repo) Commit(parent plumbing.Hash, files map[string][]byte, msg string)
 	}
 	r.track(h, parent, objects)
 	r.mu.Lock()
-	r.storedBytes += objects.bytes
-	r.writtenBytes += objects.bytes
+	r.storedBytes += objects.Bytes
+	r.writtenBytes += objects.Bytes
 	r.mu.Unlock()
 	return h, nil
 }

@@ -1,4 +1,4 @@
-package gitrepo
+package gitobj
 
 import (
 	"fmt"
@@ -9,30 +9,29 @@ import (
 	"github.com/go-git/go-git/v5/plumbing/storer"
 )
 
-// treeCache keeps recently used decoded trees by hash, shared by the
-// commits and snapshots of one Repo. A message reads its tier's folder when
+// TreeCache keeps recently used decoded trees by hash, shared by the
+// commits and snapshots of one repository (a TreeCache is safe for
+// concurrent use; its trees are read from one storage, and a cache must not
+// outlive it). A message reads its tier's folder when
 // it is planned, committed and checked; at 10,000 tenants that is a 440 KB
 // tree, so each version is decoded at most once, and the versions a commit
 // writes are put here as they are made, never decoded at all.
-// treeCacheSize is how many trees a Repo keeps decoded: the few folders on
-// the paths one message changes, for the head and the commit it makes, and
-// the folders its check reads.
-const treeCacheSize = 16
-
-type treeCache struct {
+type TreeCache struct {
 	mu    sync.Mutex
 	limit int
-	m     map[plumbing.Hash]*dirTree
+	m     map[plumbing.Hash]*Tree
 	order []plumbing.Hash // least recently used first
 }
 
-func newTreeCache(limit int) *treeCache {
-	return &treeCache{limit: limit, m: map[plumbing.Hash]*dirTree{}}
+// NewTreeCache returns a cache of at most limit trees, the least recently
+// used dropped first.
+func NewTreeCache(limit int) *TreeCache {
+	return &TreeCache{limit: limit, m: map[plumbing.Hash]*Tree{}}
 }
 
-// get returns the tree h, decoding it on a miss. Trees returned are shared
+// Get returns the tree h of s, decoding it on a miss. Trees returned are shared
 // and never changed.
-func (c *treeCache) get(s storer.EncodedObjectStorer, h plumbing.Hash) (*dirTree, error) {
+func (c *TreeCache) Get(s storer.EncodedObjectStorer, h plumbing.Hash) (*Tree, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if t, ok := c.m[h]; ok {
@@ -47,7 +46,7 @@ func (c *treeCache) get(s storer.EncodedObjectStorer, h plumbing.Hash) (*dirTree
 	if err != nil {
 		return nil, fmt.Errorf("read tree %s: %w", h, err)
 	}
-	t, err := decodeTree(h, content)
+	t, err := DecodeTree(h, content)
 	if err != nil {
 		return nil, err
 	}
@@ -56,7 +55,7 @@ func (c *treeCache) get(s storer.EncodedObjectStorer, h plumbing.Hash) (*dirTree
 }
 
 // put remembers a tree just written.
-func (c *treeCache) put(t *dirTree) {
+func (c *TreeCache) put(t *Tree) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if _, ok := c.m[t.hash]; ok {
@@ -66,7 +65,7 @@ func (c *treeCache) put(t *dirTree) {
 	c.add(t)
 }
 
-func (c *treeCache) add(t *dirTree) {
+func (c *TreeCache) add(t *Tree) {
 	if len(c.order) >= c.limit {
 		delete(c.m, c.order[0])
 		c.order = slices.Delete(c.order, 0, 1)
@@ -76,15 +75,8 @@ func (c *treeCache) add(t *dirTree) {
 }
 
 // touch marks h as the most recently used.
-func (c *treeCache) touch(h plumbing.Hash) {
+func (c *TreeCache) touch(h plumbing.Hash) {
 	if i := slices.Index(c.order, h); i >= 0 {
 		c.order = append(slices.Delete(c.order, i, i+1), h)
 	}
-}
-
-// reset forgets every tree (after the clone is compacted into new storage).
-func (c *treeCache) reset() {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.m, c.order = map[plumbing.Hash]*dirTree{}, nil
 }

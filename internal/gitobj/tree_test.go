@@ -1,4 +1,4 @@
-package gitrepo
+package gitobj
 
 import (
 	"math/rand/v2"
@@ -15,34 +15,34 @@ import (
 func TestTreeOrderAndLookup(t *testing.T) {
 	h := plumbing.ComputeHash(plumbing.BlobObject, []byte("x"))
 	// git's order: "a" (file) < "a.b" < "a" (dir, "a/") < "a0"
-	entries := []treeEntry{
-		{name: "a.b", mode: filemode.Regular, hash: h},
-		{name: "a", mode: filemode.Dir, hash: h},
-		{name: "a0", mode: filemode.Regular, hash: h},
+	entries := []TreeEntry{
+		{Name: "a.b", Mode: filemode.Regular, Hash: h},
+		{Name: "a", Mode: filemode.Dir, Hash: h},
+		{Name: "a0", Mode: filemode.Regular, Hash: h},
 	}
-	b, err := encodeTree(entries)
+	b, err := EncodeTree(entries)
 	if err != nil {
 		t.Fatal(err)
 	}
-	tr, err := decodeTree(h, b)
+	tr, err := DecodeTree(h, b)
 	if err != nil || !tr.sorted {
 		t.Fatalf("decode: %v, sorted %v", err, tr.sorted)
 	}
 	for _, name := range []string{"a.b", "a", "a0"} {
-		if e, ok := tr.entry(name); !ok || e.name != name {
+		if e, ok := tr.Entry(name); !ok || e.Name != name {
 			t.Errorf("entry(%q) = %v, %v", name, e, ok)
 		}
 	}
-	if _, ok := tr.entry("a.c"); ok {
+	if _, ok := tr.Entry("a.c"); ok {
 		t.Error("entry(a.c) found")
 	}
-	if e, _ := tr.entry("a"); !e.isDir() {
+	if e, _ := tr.Entry("a"); !e.IsDir() {
 		t.Error("a is not a directory")
 	}
-	if _, err := encodeTree([]treeEntry{entries[1], entries[0]}); err == nil {
+	if _, err := EncodeTree([]TreeEntry{entries[1], entries[0]}); err == nil {
 		t.Error("entries out of git's order encoded without an error")
 	}
-	if _, err := encodeTree([]treeEntry{{name: "a/b", mode: filemode.Regular, hash: h}}); err == nil {
+	if _, err := EncodeTree([]TreeEntry{{Name: "a/b", Mode: filemode.Regular, Hash: h}}); err == nil {
 		t.Error("a name with a slash encoded without an error")
 	}
 }
@@ -53,12 +53,12 @@ func TestTreeOrderAndLookup(t *testing.T) {
 // modes included).
 func FuzzDecodeTree(f *testing.F) {
 	h := plumbing.ComputeHash(plumbing.BlobObject, []byte("x"))
-	good, _ := encodeTree([]treeEntry{{name: "a", mode: 0o100664, hash: h}, {name: "d", mode: filemode.Dir, hash: h}})
+	good, _ := EncodeTree([]TreeEntry{{Name: "a", Mode: 0o100664, Hash: h}, {Name: "d", Mode: filemode.Dir, Hash: h}})
 	f.Add([]byte(good))
 	f.Add([]byte("100644 \x00"))
 	f.Add(append([]byte("40000 z\x00"), append(h[:], append([]byte("100644 a\x00"), h[:]...)...)...))
 	f.Fuzz(func(t *testing.T, content []byte) {
-		tr, err := decodeTree(h, string(content))
+		tr, err := DecodeTree(h, string(content))
 		if err != nil {
 			return
 		}
@@ -67,23 +67,23 @@ func FuzzDecodeTree(f *testing.F) {
 		_, _ = obj.Write(content)
 		var ref object.Tree
 		if err := ref.Decode(obj); err == nil {
-			if len(ref.Entries) != tr.len() {
-				t.Fatalf("%d entries, go-git reads %d", tr.len(), len(ref.Entries))
+			if len(ref.Entries) != tr.Len() {
+				t.Fatalf("%d entries, go-git reads %d", tr.Len(), len(ref.Entries))
 			}
 			for i, e := range ref.Entries {
-				if got := tr.at(i); got.name != e.Name || got.hash != e.Hash || got.kind() != e.Mode {
-					t.Fatalf("entry %d: %q %o %s, go-git reads %q %o %s", i, got.name, got.kind(), got.hash, e.Name, e.Mode, e.Hash)
+				if got := tr.At(i); got.Name != e.Name || got.Hash != e.Hash || got.Kind() != e.Mode {
+					t.Fatalf("entry %d: %q %o %s, go-git reads %q %o %s", i, got.Name, got.Kind(), got.Hash, e.Name, e.Mode, e.Hash)
 				}
 			}
 		}
 		if !tr.sorted {
 			return
 		}
-		var entries []treeEntry
-		for i := range tr.len() {
-			entries = append(entries, tr.at(i))
+		var entries []TreeEntry
+		for i := range tr.Len() {
+			entries = append(entries, tr.At(i))
 		}
-		again, err := encodeTree(entries)
+		again, err := EncodeTree(entries)
 		if err != nil {
 			return // names git would refuse ("/" inside)
 		}
@@ -100,44 +100,44 @@ func FuzzDecodeTree(f *testing.F) {
 func TestWithMatchesSort(t *testing.T) {
 	rng := rand.New(rand.NewPCG(1, 2))
 	names := []string{"a", "a.b", "a0", "b", "k.yaml", "t-1", "t-10", "t-2", "z"}
-	entry := func() treeEntry {
-		e := treeEntry{name: names[rng.IntN(len(names))], mode: filemode.Regular}
+	entry := func() TreeEntry {
+		e := TreeEntry{Name: names[rng.IntN(len(names))], Mode: filemode.Regular}
 		if rng.IntN(3) == 0 {
-			e.mode = filemode.Dir
+			e.Mode = filemode.Dir
 		}
-		e.hash[0] = byte(rng.IntN(256))
+		e.Hash[0] = byte(rng.IntN(256))
 		return e
 	}
 	for range 5000 {
-		var entries []treeEntry
+		var entries []TreeEntry
 		seen := map[string]bool{}
 		for range rng.IntN(len(names) + 1) {
-			if e := entry(); !seen[e.name] {
-				seen[e.name] = true
+			if e := entry(); !seen[e.Name] {
+				seen[e.Name] = true
 				entries = append(entries, e)
 			}
 		}
-		slices.SortFunc(entries, compareEntries)
-		raw, err := encodeTree(entries)
+		slices.SortFunc(entries, CompareEntries)
+		raw, err := EncodeTree(entries)
 		if err != nil {
 			t.Fatal(err)
 		}
-		tr, err := decodeTree(plumbing.ZeroHash, raw)
+		tr, err := DecodeTree(plumbing.ZeroHash, raw)
 		if err != nil {
 			t.Fatal(err)
 		}
-		changes := map[string]*treeEntry{}
+		changes := map[string]*TreeEntry{}
 		for range rng.IntN(4) {
 			e := entry()
 			if rng.IntN(3) == 0 {
-				changes[e.name] = nil
+				changes[e.Name] = nil
 			} else {
-				changes[e.name] = &e
+				changes[e.Name] = &e
 			}
 		}
-		var want []treeEntry
+		var want []TreeEntry
 		for _, e := range entries {
-			if _, ok := changes[e.name]; !ok {
+			if _, ok := changes[e.Name]; !ok {
 				want = append(want, e)
 			}
 		}
@@ -146,8 +146,8 @@ func TestWithMatchesSort(t *testing.T) {
 				want = append(want, *e)
 			}
 		}
-		slices.SortFunc(want, compareEntries)
-		wantRaw, err := encodeTree(want)
+		slices.SortFunc(want, CompareEntries)
+		wantRaw, err := EncodeTree(want)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -157,7 +157,7 @@ func TestWithMatchesSort(t *testing.T) {
 			if err != nil || got.raw != wantRaw || !got.sorted {
 				t.Fatalf("tree %v with %v (sorted %v): %v\ngot  %q\nwant %q", entries, changes, sorted, err, got.raw, wantRaw)
 			}
-			again, err := decodeTree(plumbing.ZeroHash, got.raw)
+			again, err := DecodeTree(plumbing.ZeroHash, got.raw)
 			if err != nil || !slices.Equal(again.offs, got.offs) {
 				t.Fatalf("offsets %v, decoding gives %v (%v)", got.offs, again.offs, err)
 			}

@@ -1,4 +1,4 @@
-package gitrepo
+package gitobj
 
 import (
 	"fmt"
@@ -13,7 +13,7 @@ import (
 // at 10,000 tenants.
 func BenchmarkCommitLargeFolder(b *testing.B) {
 	s := memory.NewStorage()
-	trees := newTreeCache(treeCacheSize)
+	trees := NewTreeCache(16)
 	files := map[string][]byte{}
 	list := []byte("resources:\n")
 	for i := range 10000 {
@@ -21,8 +21,8 @@ func BenchmarkCommitLargeFolder(b *testing.B) {
 		list = fmt.Appendf(list, "  - seed-%d.yaml\n", i)
 	}
 	files["tenants/premium/kustomization.yaml"] = list
-	var log objectLog
-	base, err := writeTree(s, trees, plumbing.ZeroHash, files, &log)
+	var log ObjectLog
+	base, err := WriteTree(s, trees, plumbing.ZeroHash, files, &log)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -30,8 +30,8 @@ func BenchmarkCommitLargeFolder(b *testing.B) {
 	b.ResetTimer()
 	for i := range b.N {
 		list = fmt.Appendf(list, "  - new-%d.yaml\n", i)
-		var log objectLog
-		base, err = writeTree(s, trees, base, map[string][]byte{
+		var log ObjectLog
+		base, err = WriteTree(s, trees, base, map[string][]byte{
 			fmt.Sprintf("tenants/premium/new-%d.yaml", i): []byte("new\n"),
 			"tenants/premium/kustomization.yaml":          list,
 		}, &log)

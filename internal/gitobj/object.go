@@ -1,7 +1,8 @@
-package gitrepo
+package gitobj
 
 import (
 	"errors"
+	"fmt"
 	"io"
 	"strings"
 
@@ -9,7 +10,7 @@ import (
 	"github.com/go-git/go-git/v5/plumbing/storer"
 )
 
-// rawObject is an object this Repo wrote: its content is kept as written
+// rawObject is an object WriteObject wrote: its content is kept as written
 // and never changed, so the pack a push sends reads it without a copy (at
 // 10,000 tenants a commit writes a 440 KB tree and a 200 KB
 // kustomization).
@@ -31,8 +32,10 @@ func (o *rawObject) Reader() (io.ReadCloser, error) {
 }
 func (o *rawObject) Writer() (io.WriteCloser, error) { return nil, errReadOnly }
 
-// writeObject stores an object of type typ holding content.
-func writeObject(s storer.EncodedObjectStorer, typ plumbing.ObjectType, content string) (plumbing.Hash, error) {
+// WriteObject stores an object of type typ holding content and returns its
+// hash. The content is kept as it is, never copied: a pack written later
+// reads it as stored.
+func WriteObject(s storer.EncodedObjectStorer, typ plumbing.ObjectType, content string) (plumbing.Hash, error) {
 	h := plumbing.NewHasher(typ, int64(len(content)))
 	var buf [32 << 10]byte
 	for rest := content; len(rest) > 0; { // without copying content whole
@@ -44,7 +47,7 @@ func writeObject(s storer.EncodedObjectStorer, typ plumbing.ObjectType, content 
 }
 
 // objectString returns the content of an object: without a copy for an
-// object this Repo wrote.
+// object WriteObject wrote.
 func objectString(obj plumbing.EncodedObject) (string, error) {
 	if o, ok := obj.(*rawObject); ok {
 		return o.content, nil
@@ -60,6 +63,20 @@ func objectString(obj plumbing.EncodedObject) (string, error) {
 		return "", err
 	}
 	return b.String(), nil
+}
+
+// ReadBlob returns the content of the blob h (a copy: the caller may
+// change it).
+func ReadBlob(s storer.EncodedObjectStorer, h plumbing.Hash) ([]byte, error) {
+	obj, err := s.EncodedObject(plumbing.BlobObject, h)
+	if err != nil {
+		return nil, fmt.Errorf("read blob %s: %w", h, err)
+	}
+	content, err := objectContent(obj)
+	if err != nil {
+		return nil, fmt.Errorf("read blob %s: %w", h, err)
+	}
+	return content, nil
 }
 
 // objectContent reads the whole content of an object (a copy: the caller
