@@ -138,8 +138,8 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzEdit$$' -fuzztime $(FUZZTIME) ./internal/kustomization/
 	$(GO) test -run '^$$' -fuzz '^FuzzListItem$$' -fuzztime $(FUZZTIME) ./internal/kustomization/
 	$(GO) test -run '^$$' -fuzz '^FuzzFilter$$' -fuzztime $(FUZZTIME) ./internal/kustomization/
-	$(GO) test -run '^$$' -fuzz '^FuzzDecodeTree$$' -fuzztime $(FUZZTIME) ./internal/gitrepo/
-	$(GO) test -run '^$$' -fuzz '^FuzzTreeDelta$$' -fuzztime $(FUZZTIME) ./internal/gitrepo/
+	$(GO) test -run '^$$' -fuzz '^FuzzDecodeTree$$' -fuzztime $(FUZZTIME) ./internal/gitobj/
+	$(GO) test -run '^$$' -fuzz '^FuzzTreeDelta$$' -fuzztime $(FUZZTIME) ./internal/gitobj/
 	$(GO) test -run '^$$' -fuzz '^FuzzString$$' -fuzztime $(FUZZTIME) ./internal/printable/
 	$(GO) test -run '^$$' -fuzz '^FuzzArrivalOrder$$' -fuzztime $(FUZZTIME) ./internal/gitops/
 

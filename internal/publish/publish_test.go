@@ -893,7 +893,7 @@ func TestAHoldRunOutIsNotStartedAgainByARefusedWrite(t *testing.T) {
 	if _, err := p.Publish(ctx, b, "c1", links(a, b)); !errors.Is(err, ErrSuperseded) {
 		t.Fatalf("the retry of c1 once c2 is the head: %v, want ErrSuperseded", err)
 	}
-	// servePublisher fetches and publishes c2 at once.
+	// The publisher loop (internal/publisher) fetches and publishes c2 at once.
 	*clock = clock.Add(time.Millisecond)
 	_, err := p.Publish(ctx, b, "c2", links(a, b, b))
 	if errors.Is(err, ErrApplying) {
