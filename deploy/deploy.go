@@ -13,18 +13,33 @@ import (
 //go:embed flux/kustomize-controller/kustomization.yaml
 var kustomizeController []byte
 
+//go:embed flux/helm-controller/kustomization.yaml
+var helmController []byte
+
 // KustomizeControllerFlags are the arguments deploy/flux/kustomize-controller
 // adds to kustomize-controller for shard folders with Kustomizations of
 // their own: tests and benchmarks run it with them, so the component
 // shipped is the one tested.
 func KustomizeControllerFlags() ([]string, error) {
+	return componentFlags("deploy/flux/kustomize-controller", kustomizeController)
+}
+
+// HelmControllerFlags are the arguments deploy/flux/helm-controller adds
+// to helm-controller: the benchmarks of the time to live run it with them.
+func HelmControllerFlags() ([]string, error) {
+	return componentFlags("deploy/flux/helm-controller", helmController)
+}
+
+// componentFlags are the arguments a component of name adds to its
+// Deployment's first container, refusing any other operation.
+func componentFlags(name string, component []byte) ([]string, error) {
 	var c struct {
 		Patches []struct {
 			Patch string `json:"patch"`
 		} `json:"patches"`
 	}
-	if err := yaml.Unmarshal(kustomizeController, &c); err != nil {
-		return nil, fmt.Errorf("deploy/flux/kustomize-controller: %w", err)
+	if err := yaml.Unmarshal(component, &c); err != nil {
+		return nil, fmt.Errorf("%s: %w", name, err)
 	}
 	var flags []string
 	for _, p := range c.Patches {
@@ -33,17 +48,17 @@ func KustomizeControllerFlags() ([]string, error) {
 			Value    string
 		}
 		if err := yaml.Unmarshal([]byte(p.Patch), &ops); err != nil {
-			return nil, fmt.Errorf("deploy/flux/kustomize-controller: %w", err)
+			return nil, fmt.Errorf("%s: %w", name, err)
 		}
 		for _, op := range ops {
 			if op.Op != "add" || op.Path != "/spec/template/spec/containers/0/args/-" {
-				return nil, fmt.Errorf("deploy/flux/kustomize-controller: an operation other than adding an argument: %s %s", op.Op, op.Path)
+				return nil, fmt.Errorf("%s: an operation other than adding an argument: %s %s", name, op.Op, op.Path)
 			}
 			flags = append(flags, op.Value)
 		}
 	}
 	if len(flags) == 0 {
-		return nil, fmt.Errorf("deploy/flux/kustomize-controller adds no argument")
+		return nil, fmt.Errorf("%s adds no argument", name)
 	}
 	return flags, nil
 }

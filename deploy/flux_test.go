@@ -168,6 +168,28 @@ spec:
             - --events-addr=http://notification-controller.flux-system.svc.cluster.local./
             - --watch-all-namespaces=true
             - --log-level=info
+---
+apiVersion: apps/v1
+kind: Deployment
+metadata:
+  name: helm-controller
+  namespace: flux-system
+spec:
+  selector:
+    matchLabels:
+      app: helm-controller
+  template:
+    metadata:
+      labels:
+        app: helm-controller
+    spec:
+      containers:
+        - name: manager
+          image: ghcr.io/fluxcd/helm-controller:v1.6.4
+          args:
+            - --events-addr=http://notification-controller.flux-system.svc.cluster.local./
+            - --watch-all-namespaces=true
+            - --log-level=info
 `)); err != nil {
 		t.Fatal(err)
 	}
@@ -177,6 +199,7 @@ resources:
   - gotk-components.yaml
 components:
   - ../../../control-plane/production/tenant-worker/kustomize-controller
+  - ../../../control-plane/production/tenant-worker/helm-controller
 `)); err != nil {
 		t.Fatal(err)
 	}
@@ -188,19 +211,35 @@ components:
 	if err != nil {
 		t.Fatal(err)
 	}
-	var d *appsv1.Deployment
-	decodeAll(t, splitManifests(t, "flux-system with kustomize-controller", out), map[string]any{"Deployment": &d})
-	if d == nil {
-		t.Fatalf("no Deployment:\n%s", out)
+	deployments := map[string]*appsv1.Deployment{}
+	for _, doc := range splitManifests(t, "flux-system with the controllers' components", out) {
+		var d *appsv1.Deployment
+		decodeAll(t, []object{doc}, map[string]any{"Deployment": &d})
+		if d != nil {
+			deployments[d.Name] = d
+		}
 	}
-	flags, err := deploy.KustomizeControllerFlags()
-	if err != nil {
-		t.Fatal(err)
-	}
-	args := d.Spec.Template.Spec.Containers[0].Args
-	want := append([]string{"--events-addr=http://notification-controller.flux-system.svc.cluster.local./", "--watch-all-namespaces=true", "--log-level=info"}, flags...)
-	if !slices.Equal(args, want) || !slices.Contains(flags, "--feature-gates=ExternalArtifact=true") {
-		t.Errorf("kustomize-controller's args %q, want %q with the ExternalArtifact feature gate", args, want)
+	for _, c := range []struct {
+		name  string
+		flags func() ([]string, error)
+		must  string
+	}{
+		{"kustomize-controller", deploy.KustomizeControllerFlags, "--feature-gates=ExternalArtifact=true"},
+		{"helm-controller", deploy.HelmControllerFlags, "--concurrent=10"},
+	} {
+		d := deployments[c.name]
+		if d == nil {
+			t.Fatalf("no Deployment %s:\n%s", c.name, out)
+		}
+		flags, err := c.flags()
+		if err != nil {
+			t.Fatal(err)
+		}
+		args := d.Spec.Template.Spec.Containers[0].Args
+		want := append([]string{"--events-addr=http://notification-controller.flux-system.svc.cluster.local./", "--watch-all-namespaces=true", "--log-level=info"}, flags...)
+		if !slices.Equal(args, want) || !slices.Contains(flags, c.must) {
+			t.Errorf("%s's args %q, want %q with %s", c.name, args, want, c.must)
+		}
 	}
 }
 

@@ -121,6 +121,7 @@ var flagLike = regexp.MustCompile(`^--?[a-z][a-z0-9-]*(=.*)?$`)
 var foreignFlags = map[string]string{
 	"min-retry-delay": "Flux's controllers",
 	"feature-gates":   "Flux's kustomize-controller",
+	"concurrent":      "Flux's helm-controller",
 }
 
 // placeholder is a word that stands for arguments in the docs.

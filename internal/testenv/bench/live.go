@@ -55,9 +55,10 @@ type LiveResult struct {
 	// TenantsApply is how long kustomize-controller took to apply the
 	// tenants Kustomization during the runs: the layout's cost.
 	TenantsApply Stats `json:"tenants_kustomization_apply"`
-	// KustomizeFlags were added to kustomize-controller's (none: Flux's
-	// defaults).
+	// KustomizeFlags were added to kustomize-controller's, HelmFlags to
+	// helm-controller's (none: Flux's defaults).
 	KustomizeFlags []string `json:"kustomize_controller_flags,omitempty"`
+	HelmFlags      []string `json:"helm_controller_flags,omitempty"`
 	// Layout is how the tenants are applied (LayoutOne, LayoutTiers,
 	// LayoutShards, LayoutArtifacts); with any but LayoutOne, TenantsApply
 	// is the shard Kustomizations'.
@@ -244,6 +245,14 @@ func liveSize(ctx context.Context, o LiveOptions, n, request int, layout string,
 			return res, err
 		}
 		flags = append(slices.Clone(flags), shipped...)
+		// helm-controller as deploy/flux's component sets it for this
+		// layout, then the run's own flags.
+		helm, err := deploy.HelmControllerFlags()
+		if err != nil {
+			return res, err
+		}
+		o.HelmFlags = append(helm, o.HelmFlags...)
+		res.HelmFlags = o.HelmFlags
 	case LayoutOneTuned:
 		flags = append(slices.Clone(flags), TunedKustomizeFlags...)
 		res.KustomizeFlags = flags
@@ -628,6 +637,9 @@ func LiveTable(results []LiveResult) string {
 	for _, r := range results {
 		if len(r.KustomizeFlags) > 0 {
 			fmt.Fprintf(&b, "(kustomize-controller %s)\n", strings.Join(r.KustomizeFlags, " "))
+		}
+		if len(r.HelmFlags) > 0 {
+			fmt.Fprintf(&b, "(helm-controller %s)\n", strings.Join(r.HelmFlags, " "))
 		}
 		if r.ShardInterval != "" {
 			fmt.Fprintf(&b, "(the shard Kustomizations' interval: %s)\n", r.ShardInterval)
