@@ -130,7 +130,7 @@ func (p probe) look(ctx context.Context, st map[string]time.Time, commit, releas
 }
 
 // statusAddr is the worker's status address, from its log.
-var statusAddr = regexp.MustCompile(`"addr":"([^"]+)","message":"serving the status page`)
+var statusAddr = regexp.MustCompile(`"addr":"([^"]+)"[^\n]*"message":"serving the status page`)
 
 // received is when the worker started the run of message id, from its
 // /api/runs (zero when not found).
